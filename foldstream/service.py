@@ -1,0 +1,62 @@
+"""A service: its aggregates and its projections, addressed by an import path (``module:name``).
+
+Spark executors and CLI commands find the service by that path, so a service is defined once,
+at module level::
+
+    service = Service(
+        name="inventory",
+        aggregates={"product": Product},
+        projections=[EventProjection("stock", fold_stock)],
+    )
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from foldstream.domain import Aggregate, commands_of
+from foldstream.errors import ConfigurationError, StoreNotFound
+from foldstream.projections import Projection
+
+
+@dataclass(frozen=True)
+class Service:
+    """Everything that defines a service's behaviour (its environment is in ``Settings``)."""
+
+    name: str
+    aggregates: Mapping[str, type[Aggregate]] = field(default_factory=dict)
+    projections: Sequence[Projection] = ()
+
+    def __post_init__(self) -> None:
+        stores = [p.store for p in self.projections]
+        duplicated = {s for s in stores if stores.count(s) > 1}
+        if duplicated:
+            raise ConfigurationError(f"store names must be unique; repeated: {sorted(duplicated)}")
+        for name, aggregate in self.aggregates.items():
+            if not commands_of(aggregate):
+                raise ConfigurationError(
+                    f"aggregate {name!r} has no @command methods: mark the methods clients may call"
+                )
+
+    def projection(self, store: str) -> Projection:
+        for projection in self.projections:
+            if projection.store == store:
+                return projection
+        raise StoreNotFound(f"no store named {store!r}; stores: {[p.store for p in self.projections]}")
+
+
+def load_service(path: str) -> Service:
+    """Import ``module:attribute`` and check that it is a :class:`Service`."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"service path {path!r} must look like 'package.module:service'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for service {path!r}: {exc}") from exc
+    service = getattr(module, attribute, None)
+    if not isinstance(service, Service):
+        raise ConfigurationError(f"{path!r} is not a foldstream Service (got {type(service).__name__})")
+    return service

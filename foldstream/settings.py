@@ -1,0 +1,85 @@
+"""Service settings: one immutable object, built from keywords (or, for the CLI, the environment)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from foldstream.errors import ConfigurationError
+
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything an instance needs to know about its environment.
+
+    ``service`` prefixes every topic the service owns (``<service>.events``,
+    ``<service>.<store>.changelog``). ``bootstrap_servers`` may point at any Kafka cluster.
+    """
+
+    service: str = "inventory"
+    bootstrap_servers: str = "127.0.0.1:9092"
+    state_dir: Path = field(default_factory=lambda: Path(".foldstream"))
+    partitions: int = 6
+    replication_factor: int = 1
+    spark_master: str = "local[*]"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    advertised_url: str | None = None
+    # Small fetch waits keep read models fresh: some brokers do not answer a waiting fetch early.
+    fetch_wait_max_ms: int = 10
+    # A few ms of linger avoids partitions made of single-message batches, which slow brokers down.
+    linger_ms: int = 5
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.service):
+            raise ConfigurationError(
+                f"service name {self.service!r} must be lowercase letters, digits, '-' or '_',"
+                " starting with a letter"
+            )
+        if self.partitions < 1:
+            raise ConfigurationError(f"partitions must be >= 1, got {self.partitions}")
+        if not 0 < self.port < 65536:
+            raise ConfigurationError(f"port must be 1..65535, got {self.port}")
+        object.__setattr__(self, "state_dir", Path(self.state_dir))
+
+    @property
+    def events_topic(self) -> str:
+        return f"{self.service}.events"
+
+    def changelog_topic(self, store: str) -> str:
+        return f"{self.service}.{store}.changelog"
+
+    @property
+    def url(self) -> str:
+        """The base URL other instances and clients use to reach this one."""
+        return self.advertised_url or f"http://{self.host}:{self.port}"
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Settings:
+        """Settings from ``FOLDSTREAM_*`` / ``KAFKA_BOOTSTRAP_SERVERS``; keywords win."""
+        env = os.environ
+        values: dict[str, object] = {}
+        if "KAFKA_BOOTSTRAP_SERVERS" in env:
+            values["bootstrap_servers"] = env["KAFKA_BOOTSTRAP_SERVERS"]
+        for name, kind in (
+            ("service", str),
+            ("state_dir", Path),
+            ("partitions", int),
+            ("spark_master", str),
+            ("advertised_url", str),
+        ):
+            raw = env.get(f"FOLDSTREAM_{name.upper()}")
+            if raw is not None:
+                try:
+                    values[name] = kind(raw)
+                except ValueError as exc:
+                    raise ConfigurationError(f"FOLDSTREAM_{name.upper()}={raw!r}: {exc}") from exc
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]

@@ -1,0 +1,56 @@
+"""What every state store implementation provides: one store per source partition.
+
+A partition's state and the source offset it reflects change together, atomically: a writer
+buffers puts and deletes and :meth:`PartitionWriter.commit` writes them with the offset in one
+batch. A crash therefore leaves either the old state and old offset or the new ones.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Self
+
+
+class PartitionReader(ABC):
+    """Read access to one partition's state, possibly from another process than the writer."""
+
+    @abstractmethod
+    def get(self, key: bytes) -> bytes | None:
+        """The stored value of ``key``, or None."""
+
+    @abstractmethod
+    def applied_offset(self) -> int | None:
+        """The last source offset reflected in the state, or None before the first commit."""
+
+    @abstractmethod
+    def refresh(self) -> None:
+        """Make the writer's latest commit visible (no-op where reads are always current)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the partition."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class PartitionWriter(PartitionReader):
+    """The single writer of one partition's state."""
+
+    @abstractmethod
+    def put(self, key: bytes, value: bytes) -> None:
+        """Buffer a new value; visible to this writer's :meth:`get` at once."""
+
+    @abstractmethod
+    def delete(self, key: bytes) -> None:
+        """Buffer a deletion; visible to this writer's :meth:`get` at once."""
+
+    @abstractmethod
+    def commit(self, offset: int) -> None:
+        """Write the buffered changes and ``offset`` atomically, durably."""
+
+    def refresh(self) -> None:
+        return None

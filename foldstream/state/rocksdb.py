@@ -1,0 +1,157 @@
+"""RocksDB state (rocksdict, raw bytes): data in the default column family, foldstream's own
+reserved keys (source offset, identity stamp) in a metadata column family."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from rocksdict import AccessType, Options, Rdict, WriteBatch
+
+from foldstream.errors import StateCorrupted
+from foldstream.state.base import PartitionReader, PartitionWriter
+
+META_CF = "__foldstream__"
+_OFFSET = b"source-offset"
+_IDENTITY = b"identity"
+_DELETED = object()
+log = logging.getLogger(__name__)
+
+
+def partition_path(state_dir: Path, store: str, partition: int) -> Path:
+    """Where partition ``partition`` of ``store`` lives under ``state_dir``."""
+    return Path(state_dir) / "stores" / store / f"p{partition:04d}"
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+def _open(path: Path, access: AccessType | None = None) -> Rdict:
+    # Every column family must be named at open, or a secondary cannot follow the primary.
+    kwargs = {"access_type": access} if access is not None else {}
+    return Rdict(str(path), options=_options(), column_families={META_CF: _options()}, **kwargs)
+
+
+class _RocksDBPartition(PartitionReader):
+    def __init__(self, db: Rdict) -> None:
+        self._db = db
+        self._meta = db.get_column_family(META_CF)
+
+    def get(self, key: bytes) -> bytes | None:
+        value: bytes | None = self._db.get(key)
+        return value
+
+    def applied_offset(self) -> int | None:
+        raw = self._meta.get(_OFFSET)
+        return None if raw is None else int(raw)
+
+    def close(self) -> None:
+        # Column family objects keep the DB (and its lock) alive until they are dropped too.
+        self.__dict__.pop("_meta", None)
+        self.__dict__.pop("_meta_handle", None)
+        self._db.close()
+
+
+class RocksDBWriter(_RocksDBPartition, PartitionWriter):
+    """Opens (creating) a partition as its only writer.
+
+    ``identity`` (e.g. ``"inventory.events/3"``) is stamped on first use and checked on every
+    open, so a directory can never silently serve another topic's or partition's data.
+    """
+
+    def __init__(self, path: Path, *, identity: str) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(_open(Path(path)))
+        self._meta_handle = self._db.get_column_family_handle(META_CF)
+        stamped = self._meta.get(_IDENTITY)
+        if stamped is None:
+            self._meta.put(_IDENTITY, identity.encode())
+        elif stamped.decode() != identity:
+            self.close()
+            raise StateCorrupted(f"{path} holds state of {stamped.decode()!r}, not {identity!r}")
+        self._pending: dict[bytes, object] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        pending = self._pending.get(key)
+        if pending is _DELETED:
+            return None
+        if pending is not None:
+            return pending  # type: ignore[return-value]
+        return super().get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._pending[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self._pending[key] = _DELETED
+
+    def commit(self, offset: int) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for key, value in self._pending.items():
+            if value is _DELETED:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        batch.put(_OFFSET, str(offset).encode(), self._meta_handle)
+        self._db.write(batch)
+        self._pending.clear()
+
+    def close(self) -> None:
+        # Writers are short-lived (one per micro-batch and partition, in whichever Spark worker):
+        # flushing makes each commit an SST named in the MANIFEST, which secondaries follow
+        # reliably, rather than a WAL that the next writer's recovery rewrites under them.
+        self._db.flush()
+        super().close()
+
+
+class RocksDBReader(_RocksDBPartition):
+    """Reads a partition written by other processes, as a read-only snapshot.
+
+    Writers run per micro-batch in whichever Spark worker gets the partition, so the primary is
+    reopened constantly; RocksDB secondaries were seen to stop following such a primary. The
+    snapshot is instead reopened whenever the database's version files change (``CURRENT`` and
+    the manifest's size and mtime, read *before* opening, so a commit racing an open is
+    caught by the next refresh). :meth:`get` refreshes when the last check is older than
+    ``max_staleness`` seconds.
+    """
+
+    def __init__(self, path: Path, *, max_staleness: float = 0.005) -> None:
+        self._path = Path(path)
+        if not (self._path / "CURRENT").exists():
+            # A read-only open needs an existing database: create the empty partition first.
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            _open(self._path).close()
+        self._signature = self._version_signature()
+        super().__init__(_open(self._path, AccessType.read_only()))
+        self._max_staleness = max_staleness
+        self._checked_at = time.monotonic()
+
+    def _version_signature(self) -> tuple[bytes, int, int]:
+        current = (self._path / "CURRENT").read_bytes()
+        manifest = os.stat(self._path / current.decode().strip())
+        return current, manifest.st_size, manifest.st_mtime_ns
+
+    def refresh(self) -> None:
+        self._checked_at = time.monotonic()
+        try:
+            signature = self._version_signature()
+            if signature == self._signature:
+                return
+            fresh = _open(self._path, AccessType.read_only())
+        except Exception:  # noqa: BLE001 - a writer is mid-switch; the old snapshot stays valid
+            log.debug("refresh of %s deferred", self._path, exc_info=True)
+            return
+        old = self._db
+        self._db, self._meta, self._signature = fresh, fresh.get_column_family(META_CF), signature
+        old.close()
+
+    def get(self, key: bytes) -> bytes | None:
+        if time.monotonic() - self._checked_at > self._max_staleness:
+            self.refresh()
+        return super().get(key)

@@ -1,0 +1,162 @@
+"""The Spark streaming sink that folds records into per-partition RocksDB stores.
+
+For each Kafka partition in a task, in offset order: skip records at or below the offset stored
+with the state (a replayed micro-batch applies nothing twice), fold the rest, send every changed
+key's new value to the store's compacted changelog (a tombstone for a delete) and wait for the
+acks, then commit values and the source offset in one RocksDB write batch. A crash between the
+two steps only re-sends identical changelog values on replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Producer
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from foldstream.domain.records import EventRecord
+from foldstream.errors import BrokerUnavailable
+from foldstream.kafka import producer_config
+from foldstream.projections.projection import Projection
+from foldstream.state import RocksDBWriter, partition_path
+
+SOURCE_OFFSET_HEADER = "foldstream-source-offset"
+_producers: dict[str, Producer] = {}
+
+
+def _producer(bootstrap: str) -> Producer:
+    # One idempotent producer per reused Python worker.
+    producer = _producers.get(bootstrap)
+    if producer is None:
+        producer = Producer(producer_config(bootstrap, linger_ms=2))
+        _producers[bootstrap] = producer
+    return producer
+
+
+def _is_lock_held(exc: BaseException) -> bool:
+    return "lock" in str(exc).lower()
+
+
+def open_writer(path: Path, identity: str, *, wait_s: float = 60.0) -> RocksDBWriter:
+    """Open a partition for writing, waiting while a previous writer (e.g. a Spark task of an
+    instance that was just killed) still holds its lock."""
+    for attempt in Retrying(
+        stop=stop_after_delay(wait_s),
+        wait=wait_exponential(multiplier=0.01, max=0.5),
+        retry=retry_if_exception(_is_lock_held),
+        reraise=True,
+    ):
+        with attempt:
+            return RocksDBWriter(path, identity=identity)
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class FoldResult(WriterCommitMessage):
+    """What one task applied: ``{partition: (records applied, last offset)}``."""
+
+    applied: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def fold_partition(
+    projection: Projection,
+    writer: RocksDBWriter,
+    rows: list[dict[str, Any]],
+    changelog: tuple[Producer, str, int] | None,
+) -> tuple[int, int] | None:
+    """Fold ``rows`` (one partition, offset order) into ``writer``; returns (applied, offset)."""
+    applied_offset = writer.applied_offset()
+    fresh = [r for r in rows if applied_offset is None or r["offset"] > applied_offset]
+    if not fresh:
+        return None
+    changed: dict[bytes, bytes | None] = {}
+    for row in fresh:
+        record = EventRecord(
+            key=row["key"],
+            value=row["value"],
+            headers=tuple((h["name"], h["value"]) for h in row["headers"] or ()),
+        )
+        new_value = projection.apply(writer.get(record.key), record)
+        if new_value is None:
+            writer.delete(record.key)
+        else:
+            writer.put(record.key, new_value)
+        changed[record.key] = new_value
+    last_offset = int(fresh[-1]["offset"])
+    if changelog is not None:
+        producer, topic, partition = changelog
+        errors: list[str] = []
+        headers = [(SOURCE_OFFSET_HEADER, str(last_offset).encode())]
+
+        def on_delivery(error: Any, _message: Any) -> None:
+            if error is not None:
+                errors.append(str(error))
+
+        for key, value in changed.items():
+            producer.produce(
+                topic, key=key, value=value, partition=partition, headers=headers,
+                on_delivery=on_delivery,
+            )
+        if producer.flush(30) or errors:
+            raise BrokerUnavailable(f"changelog {topic}/{partition} not acknowledged: {errors[:3]}")
+    writer.commit(last_offset)
+    return len(fresh), last_offset
+
+
+class StoreStreamWriter(DataSourceStreamArrowWriter):
+    """Executor side of :class:`StoreSink`."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FoldResult:
+        from foldstream.service import load_service
+
+        projection = load_service(self.options["service"]).projection(self.options["store"])
+        state_dir = Path(self.options["state_dir"])
+        source_topic = self.options["source_topic"]
+        changelog_topic = self.options.get("changelog_topic")
+        # Spark may merge Arrow batches of several Kafka partitions: split them again.
+        by_partition: dict[int, list[dict[str, Any]]] = {}
+        for batch in iterator:
+            for row in batch.to_pylist():
+                by_partition.setdefault(row["partition"], []).append(row)
+        result = FoldResult()
+        producer = _producer(self.options["bootstrap"]) if changelog_topic else None
+        for partition, rows in sorted(by_partition.items()):
+            rows.sort(key=lambda r: r["offset"])
+            writer = open_writer(
+                partition_path(state_dir, projection.store, partition),
+                identity=f"{source_topic}/{partition}",
+            )
+            try:
+                changelog = (producer, changelog_topic, partition) if producer and changelog_topic else None
+                done = fold_partition(projection, writer, rows, changelog)
+            finally:
+                writer.close()
+            if done is not None:
+                result.applied[partition] = done
+        return result
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to do: each task committed its partitions with their offsets."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: committed partitions are consistent, the rest is replayed."""
+
+
+class StoreSink(DataSource):
+    """``writeStream.format("foldstream-store")`` with options ``service`` (import path),
+    ``store``, ``state_dir``, ``bootstrap``, ``source_topic`` and ``changelog_topic``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "foldstream-store"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> StoreStreamWriter:
+        return StoreStreamWriter(dict(self.options))
