@@ -1,0 +1,12 @@
+"""The command side: load an aggregate, run a command method, append its events to Kafka."""
+
+from __future__ import annotations
+
+from foldstream.commands.handler import (
+    CommandHandler,
+    CommandResult,
+    InvalidArguments,
+    UnknownCommand,
+)
+
+__all__ = ["CommandHandler", "CommandResult", "InvalidArguments", "UnknownCommand"]

@@ -94,7 +94,22 @@ class EmbeddedBroker:
     def start(self, timeout: float = 30.0) -> EmbeddedBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        self._process = subprocess.Popen(
+        try:
+            self._process = self._spawn(url, log)
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()  # the child holds its own copy
+        try:
+            wait_for_kafka(self.bootstrap, timeout)
+        except BrokerUnavailable:
+            self.stop()
+            raise
+        if self._process.poll() is not None:
+            raise BrokerUnavailable(f"tansu exited with {self._process.returncode}")
+        return self
+
+    def _spawn(self, url: str, log: object) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 str(tansu_binary()),
                 "broker",
@@ -105,18 +120,10 @@ class EmbeddedBroker:
                 "--storage-engine",
                 "memory://tansu/",
             ],
-            stdout=log,
-            stderr=log,
+            stdout=log,  # type: ignore[arg-type]
+            stderr=log,  # type: ignore[arg-type]
             stdin=subprocess.DEVNULL,
         )
-        try:
-            wait_for_kafka(self.bootstrap, timeout)
-        except BrokerUnavailable:
-            self.stop()
-            raise
-        if self._process.poll() is not None:
-            raise BrokerUnavailable(f"tansu exited with {self._process.returncode}")
-        return self
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -1,0 +1,8 @@
+"""The query side: read-model lookups over HTTP (Starlette)."""
+
+from __future__ import annotations
+
+from foldstream.query_api.stores import StoreReaders
+from foldstream.query_api.http import query_routes
+
+__all__ = ["StoreReaders", "query_routes"]

@@ -1,0 +1,28 @@
+# Every target bootstraps .venv itself, so each works on a fresh clone.
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv demo test bench lint format clean
+
+venv:
+	@./scripts/ensure-venv.sh
+
+demo: venv
+	$(VENV)/bin/foldstream demo
+
+test: venv
+	$(PY) -m pytest
+
+bench: venv
+	$(PY) bench/run.py
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .foldstream .pytest_cache *.egg-info

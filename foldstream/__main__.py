@@ -1,0 +1,3 @@
+from foldstream.cli import main
+
+main()

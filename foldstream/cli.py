@@ -1,0 +1,88 @@
+"""The ``foldstream`` command line: ``broker``, ``serve`` and ``demo``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from foldstream.errors import FoldstreamError
+
+cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
+DEFAULT_SERVICE = "foldstream.examples.inventory:service"
+
+
+@cli.command()
+def broker(port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 9092) -> None:
+    """Run the embedded Kafka-protocol broker (Tansu) until Ctrl-C or SIGTERM."""
+    from foldstream.broker import EmbeddedBroker
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with EmbeddedBroker(port=port) as running:
+        typer.echo(f"broker ready: KAFKA_BOOTSTRAP_SERVERS={running.bootstrap}")
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+    typer.echo("broker stopped")
+
+
+@cli.command()
+def serve(
+    service: Annotated[str, typer.Option(help="import path of the Service")] = DEFAULT_SERVICE,
+    port: Annotated[int, typer.Option()] = 8000,
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    bootstrap: Annotated[
+        Optional[str], typer.Option(help="Kafka bootstrap servers [env: KAFKA_BOOTSTRAP_SERVERS]")
+    ] = None,
+    state_dir: Annotated[Optional[Path], typer.Option(help="where stores live")] = None,
+    partitions: Annotated[Optional[int], typer.Option(help="events topic partitions")] = None,
+    spark_master: Annotated[Optional[str], typer.Option(help="e.g. local[*], spark://h:7077")] = None,
+    advertised_url: Annotated[Optional[str], typer.Option(help="URL clients reach this instance at")] = None,
+) -> None:
+    """Run one instance: commands, projections and queries on one HTTP port."""
+    import uvicorn
+
+    from foldstream.instance import Instance
+    from foldstream.service import load_service
+    from foldstream.settings import Settings
+
+    logging.basicConfig(level=os.environ.get("FOLDSTREAM_LOG_LEVEL", "INFO"))
+    definition = load_service(service)
+    settings = Settings.from_env(
+        service=definition.name,
+        host=host,
+        port=port,
+        bootstrap_servers=bootstrap,
+        state_dir=state_dir,
+        partitions=partitions,
+        spark_master=spark_master,
+        advertised_url=advertised_url,
+    )
+    instance = Instance(service=definition, service_path=service, settings=settings)
+    uvicorn.run(instance.app, host=host, port=port, log_level="warning", lifespan="on")
+
+
+@cli.command()
+def demo(
+    commands: Annotated[int, typer.Option(help="how many commands to send")] = 300,
+    partitions: Annotated[int, typer.Option()] = 6,
+) -> None:
+    """Start a broker, an instance and send commands; print queried vs expected stock."""
+    from foldstream.demo import run_demo
+
+    raise typer.Exit(run_demo(commands=commands, partitions=partitions))
+
+
+def main() -> None:
+    try:
+        cli()
+    except FoldstreamError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from exc

@@ -1,0 +1,146 @@
+"""An instance run as a child process (``foldstream serve``): for the demo, tests and benches.
+
+Only processes started here are ever signalled, by their own PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from foldstream.broker import free_port
+from foldstream.errors import FoldstreamError
+
+
+def http(method: str, url: str, body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
+    """A JSON request with the standard library; returns (status, decoded body)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        payload = exc.read()
+        try:
+            return exc.code, json.loads(payload or b"null")
+        except ValueError:
+            return exc.code, payload.decode(errors="replace")
+
+
+class InstanceProcess:
+    """``foldstream serve`` in a child process on a free loopback port."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        state_dir: Path,
+        service: str = "foldstream.examples.inventory:service",
+        partitions: int = 6,
+        port: int | None = None,
+        log_path: Path | None = None,
+        spark_master: str = "local[2]",
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.state_dir = Path(state_dir)
+        self.service = service
+        self.partitions = partitions
+        self.port = port or free_port()
+        self.log_path = log_path or self.state_dir.with_name(self.state_dir.name + f"-{self.port}.log")
+        self.spark_master = spark_master
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> InstanceProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy
+            self.process = self._spawn(log, env)
+        return self
+
+    def _spawn(self, log: Any, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable, "-m", "foldstream", "serve",
+                "--service", self.service,
+                "--port", str(self.port),
+                "--state-dir", str(self.state_dir),
+                "--partitions", str(self.partitions),
+                "--spark-master", self.spark_master,
+            ],
+            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,  # its JVM and Python workers share its process group
+        )
+
+    def wait_ready(self, timeout: float = 180.0) -> dict[str, Any]:
+        """Wait until ``GET /ready`` says 200; raise with the log's tail if it never does."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                raise FoldstreamError(f"instance exited early; log tail:\n{self.log_tail()}")
+            try:
+                status, last = http("GET", f"{self.url}/ready", timeout=5)
+                if status == 200:
+                    return last  # type: ignore[no-any-return]
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise FoldstreamError(f"instance not ready after {timeout}s ({last}); log tail:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: the instance, its JVM and Spark's Python workers."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM and wait (uvicorn shuts the lifespan down); SIGKILL if it takes too long."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.process.poll() is None or _group_alive(self.process.pid):
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> InstanceProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

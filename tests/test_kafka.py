@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from foldstream.broker import EmbeddedBroker
+from foldstream.errors import ConfigurationError
+from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
+from foldstream.offsets import EndOffsets
+
+
+def test_producer_partitions_like_the_router(broker: EmbeddedBroker) -> None:
+    ensure_topics(broker.bootstrap, [TopicSpec("router.check", 6)])
+    producer = Producer(producer_config(broker.bootstrap))
+    delivered: list[tuple[bytes, int]] = []
+    keys = [f"key-{n}".encode() for n in range(300)]
+    for key in keys:
+        producer.produce(
+            "router.check", key=key, value=b"v",
+            on_delivery=lambda err, msg: delivered.append((msg.key(), msg.partition())),
+        )
+    assert producer.flush(30) == 0
+    assert len(delivered) == len(keys)
+    assert all(partition == partition_for(key, 6) for key, partition in delivered)
+    assert len({p for _, p in delivered}) == 6
+
+
+def test_topics_are_provisioned_idempotently(broker: EmbeddedBroker) -> None:
+    specs = [TopicSpec("prov.events", 3), TopicSpec("prov.store.changelog", 3, compact=True)]
+    ensure_topics(broker.bootstrap, specs)
+    ensure_topics(broker.bootstrap, specs)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "prov.store.changelog")
+    config = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert config["cleanup.policy"].value == "compact"
+    with pytest.raises(ConfigurationError, match="has 3 partitions"):
+        ensure_topics(broker.bootstrap, [TopicSpec("prov.events", 4)])
+
+
+def test_end_offsets_include_the_whole_last_batch(broker: EmbeddedBroker) -> None:
+    """Brokers may report the end of a multi-record batch too early; the tracker must not."""
+    ensure_topics(broker.bootstrap, [TopicSpec("ends.check", 1)])
+    producer = Producer(producer_config(broker.bootstrap, linger_ms=50))
+    for n in range(10):
+        producer.produce("ends.check", key=b"k", value=str(n).encode(), partition=0)
+    assert producer.flush(30) == 0
+    ends = EndOffsets(broker.bootstrap, "ends.check", [0])
+    try:
+        assert ends.ends() == {0: 10}
+        for n in range(5):
+            producer.produce("ends.check", key=b"k", value=b"more", partition=0)
+        producer.flush(30)
+        assert ends.wait_beyond({0: 14}, timeout=10) == {0: 15}
+    finally:
+        ends.close()
