@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-
 from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
+
 from foldstream.errors import BrokerUnavailable, FoldstreamError
 from foldstream.kafka import consume_available, consumer_config, partition_for, producer_config
 
@@ -57,7 +57,9 @@ _JSON_TYPES: dict[type, tuple[type, ...]] = {
 }
 
 
-def bind_arguments(signature: inspect.Signature, hints: dict[str, Any], arguments: Any) -> dict[str, Any]:
+def bind_arguments(
+    signature: inspect.Signature, hints: dict[str, Any], arguments: Any
+) -> dict[str, Any]:
     """Check JSON ``arguments`` against a command's signature and simple type hints."""
     if not isinstance(arguments, dict):
         raise InvalidArguments("the request body must be a JSON object of the command's arguments")
@@ -118,7 +120,9 @@ class CommandHandler:
 
     def start(self) -> int:
         """Rebuild every aggregate from the events topic; returns the events replayed."""
-        consumer = Consumer(consumer_config(self.bootstrap, fetch_wait_max_ms=self.fetch_wait_max_ms))
+        consumer = Consumer(
+            consumer_config(self.bootstrap, fetch_wait_max_ms=self.fetch_wait_max_ms)
+        )
         consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         at_end: set[int] = set()
         replayed = 0

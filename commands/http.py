@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from foldstream.commands.handler import CommandHandler, InvalidArguments, UnknownCommand
+from foldstream.domain import DomainRuleViolation
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from foldstream.commands.handler import CommandHandler, InvalidArguments, UnknownCommand
-from foldstream.domain import DomainRuleViolation
 from foldstream.errors import BrokerUnavailable
 
 
@@ -47,8 +47,4 @@ def command_routes(handler: Callable[[], CommandHandler]) -> list[Route]:
             }
         )
 
-    return [
-        Route(
-            "/commands/{aggregate}/{aggregate_id}/{command}", run_command, methods=["POST"]
-        )
-    ]
+    return [Route("/commands/{aggregate}/{aggregate_id}/{command}", run_command, methods=["POST"])]

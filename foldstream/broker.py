@@ -73,7 +73,9 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
             with attempt:
                 admin.list_topics(timeout=1.0)
     except Exception as exc:
-        raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap} within {timeout}s") from exc
+        raise BrokerUnavailable(
+            f"no Kafka broker answered at {bootstrap} within {timeout}s"
+        ) from exc
 
 
 class EmbeddedBroker:

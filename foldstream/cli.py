@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -39,12 +39,16 @@ def serve(
     port: Annotated[int, typer.Option()] = 8000,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     bootstrap: Annotated[
-        Optional[str], typer.Option(help="Kafka bootstrap servers [env: KAFKA_BOOTSTRAP_SERVERS]")
+        str | None, typer.Option(help="Kafka bootstrap servers [env: KAFKA_BOOTSTRAP_SERVERS]")
     ] = None,
-    state_dir: Annotated[Optional[Path], typer.Option(help="where stores live")] = None,
-    partitions: Annotated[Optional[int], typer.Option(help="events topic partitions")] = None,
-    spark_master: Annotated[Optional[str], typer.Option(help="e.g. local[*], spark://h:7077")] = None,
-    advertised_url: Annotated[Optional[str], typer.Option(help="URL clients reach this instance at")] = None,
+    state_dir: Annotated[Path | None, typer.Option(help="where stores live")] = None,
+    partitions: Annotated[int | None, typer.Option(help="events topic partitions")] = None,
+    spark_master: Annotated[
+        str | None, typer.Option(help="e.g. local[*], spark://h:7077")
+    ] = None,
+    advertised_url: Annotated[
+        str | None, typer.Option(help="URL clients reach this instance at")
+    ] = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
     import uvicorn

@@ -43,9 +43,14 @@ def run_demo(*, commands: int = 300, partitions: int = 6, seed: int = 7) -> int:
     expected = dict.fromkeys(SKUS, 0)
     exists = dict.fromkeys(SKUS, False)
     accepted = rejected = 0
-    with _bootstrap(console) as bootstrap, tempfile.TemporaryDirectory(prefix="foldstream-demo-") as tmp:
+    with (
+        _bootstrap(console) as bootstrap,
+        tempfile.TemporaryDirectory(prefix="foldstream-demo-") as tmp,
+    ):
         instance = InstanceProcess(
-            bootstrap=bootstrap, state_dir=Path(tmp) / "state", partitions=partitions,
+            bootstrap=bootstrap,
+            state_dir=Path(tmp) / "state",
+            partitions=partitions,
             log_path=Path(tmp) / "instance.log",
         )
         with instance:
@@ -62,7 +67,9 @@ def run_demo(*, commands: int = 300, partitions: int = 6, seed: int = 7) -> int:
                     else:
                         command, quantity = "sell", rng.randint(1, 15)
                     status, body = http(
-                        "POST", f"{instance.url}/commands/product/{sku}/{command}", {"quantity": quantity}
+                        "POST",
+                        f"{instance.url}/commands/product/{sku}/{command}",
+                        {"quantity": quantity},
                     )
                     if status == 200:
                         accepted += 1
@@ -87,9 +94,13 @@ def run_demo(*, commands: int = 300, partitions: int = 6, seed: int = 7) -> int:
             mismatches += not ok
             table.add_row(sku, str(expected[sku]), str(got), "[green]ok" if ok else "[red]MISMATCH")
         console.print(table)
-        console.print(f"all values visible {visible_after:.2f}s after the last command was acknowledged")
+        console.print(
+            f"all values visible {visible_after:.2f}s after the last command was acknowledged"
+        )
         if mismatches:
-            console.print(f"[red]{mismatches} mismatches; instance log tail:\n{instance.log_tail()}")
+            console.print(
+                f"[red]{mismatches} mismatches; instance log tail:\n{instance.log_tail()}"
+            )
             return 1
         console.print("[green]demo passed")
         return 0

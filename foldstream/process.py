@@ -55,7 +55,9 @@ class InstanceProcess:
         self.service = service
         self.partitions = partitions
         self.port = port or free_port()
-        self.log_path = log_path or self.state_dir.with_name(self.state_dir.name + f"-{self.port}.log")
+        self.log_path = log_path or self.state_dir.with_name(
+            self.state_dir.name + f"-{self.port}.log"
+        )
         self.spark_master = spark_master
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -73,14 +75,25 @@ class InstanceProcess:
     def _spawn(self, log: Any, env: dict[str, str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [
-                sys.executable, "-m", "foldstream", "serve",
-                "--service", self.service,
-                "--port", str(self.port),
-                "--state-dir", str(self.state_dir),
-                "--partitions", str(self.partitions),
-                "--spark-master", self.spark_master,
+                sys.executable,
+                "-m",
+                "foldstream",
+                "serve",
+                "--service",
+                self.service,
+                "--port",
+                str(self.port),
+                "--state-dir",
+                str(self.state_dir),
+                "--partitions",
+                str(self.partitions),
+                "--spark-master",
+                self.spark_master,
             ],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,  # its JVM and Python workers share its process group
         )
 
@@ -98,7 +111,9 @@ class InstanceProcess:
             except OSError:
                 pass
             time.sleep(0.2)
-        raise FoldstreamError(f"instance not ready after {timeout}s ({last}); log tail:\n{self.log_tail()}")
+        raise FoldstreamError(
+            f"instance not ready after {timeout}s ({last}); log tail:\n{self.log_tail()}"
+        )
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -44,7 +44,9 @@ class Service:
         for projection in self.projections:
             if projection.store == store:
                 return projection
-        raise StoreNotFound(f"no store named {store!r}; stores: {[p.store for p in self.projections]}")
+        raise StoreNotFound(
+            f"no store named {store!r}; stores: {[p.store for p in self.projections]}"
+        )
 
 
 def load_service(path: str) -> Service:
@@ -55,8 +57,12 @@ def load_service(path: str) -> Service:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"cannot import {module_name!r} for service {path!r}: {exc}") from exc
+        raise ConfigurationError(
+            f"cannot import {module_name!r} for service {path!r}: {exc}"
+        ) from exc
     service = getattr(module, attribute, None)
     if not isinstance(service, Service):
-        raise ConfigurationError(f"{path!r} is not a foldstream Service (got {type(service).__name__})")
+        raise ConfigurationError(
+            f"{path!r} is not a foldstream Service (got {type(service).__name__})"
+        )
     return service

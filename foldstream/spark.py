@@ -23,12 +23,16 @@ FAST_CHECKPOINTS = (
 
 def check_java() -> int:
     """The Java major version; raises with the remedy when Java is missing or too old."""
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
-        "JAVA_HOME"
-    ) else shutil.which("java")
+    java = (
+        shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin"))
+        if os.environ.get("JAVA_HOME")
+        else shutil.which("java")
+    )
     remedy = "install it, e.g. `apt-get install openjdk-17-jre-headless`, or set JAVA_HOME"
     if java is None:
-        raise EnvironmentNotReady(f"Spark needs Java {MIN_JAVA} or 21, but `java` was not found: {remedy}")
+        raise EnvironmentNotReady(
+            f"Spark needs Java {MIN_JAVA} or 21, but `java` was not found: {remedy}"
+        )
     output = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     match = re.search(r'version "(\d+)(?:\.(\d+))?', output)
     if not match:

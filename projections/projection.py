@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from foldstream.domain.records import EventCodec, EventRecord
+
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import PARTITIONERS, Partitioner
 
@@ -84,9 +85,13 @@ class LatestValue(Projection):
     def __post_init__(self) -> None:
         _check_store_name(self.store)
         if self.value_format not in ("json", "string"):
-            raise ConfigurationError(f"value_format must be 'json' or 'string', not {self.value_format!r}")
+            raise ConfigurationError(
+                f"value_format must be 'json' or 'string', not {self.value_format!r}"
+            )
         if self.partitioner not in PARTITIONERS:
-            raise ConfigurationError(f"partitioner must be one of {PARTITIONERS}, not {self.partitioner!r}")
+            raise ConfigurationError(
+                f"partitioner must be one of {PARTITIONERS}, not {self.partitioner!r}"
+            )
 
     def source_topic(self, events_topic: str) -> str:
         return self.topic

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from foldstream.projections.projection import Projection
 from foldstream.projections.sink import open_writer
+
 from foldstream.state import partition_path
 
 if TYPE_CHECKING:
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def stored_offsets(state_dir: Path, store: str, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+def stored_offsets(
+    state_dir: Path, store: str, topic: str, partitions: Sequence[int]
+) -> dict[int, int]:
     """``{partition: next source offset}`` from the state of each partition of ``store``."""
     starts = {}
     for partition in partitions:

@@ -16,13 +16,13 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Producer
+from foldstream.domain.records import EventRecord
+from foldstream.projections.projection import Projection
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import producer_config
-from foldstream.projections.projection import Projection
 from foldstream.state import RocksDBWriter, partition_path
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"
@@ -99,7 +99,11 @@ def fold_partition(
 
         for key, value in changed.items():
             producer.produce(
-                topic, key=key, value=value, partition=partition, headers=headers,
+                topic,
+                key=key,
+                value=value,
+                partition=partition,
+                headers=headers,
                 on_delivery=on_delivery,
             )
         if producer.flush(30) or errors:
@@ -135,7 +139,9 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
                 identity=f"{source_topic}/{partition}",
             )
             try:
-                changelog = (producer, changelog_topic, partition) if producer and changelog_topic else None
+                changelog = (
+                    (producer, changelog_topic, partition) if producer and changelog_topic else None
+                )
                 done = fold_partition(projection, writer, rows, changelog)
             finally:
                 writer.close()

@@ -120,7 +120,10 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _end_offsets(self) -> EndOffsets:
         if self._ends is None:
             self._ends = EndOffsets(
-                self.bootstrap, self.topic, self.partitions_, fetch_wait_max_ms=self.fetch_wait_max_ms
+                self.bootstrap,
+                self.topic,
+                self.partitions_,
+                fetch_wait_max_ms=self.fetch_wait_max_ms,
             )
         return self._ends
 

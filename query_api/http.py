@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from foldstream.query_api.stores import StoreReaders
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.errors import StoreNotFound
-from foldstream.query_api.stores import StoreReaders
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -28,7 +28,11 @@ def query_routes(
     async def list_stores(request: Request) -> JSONResponse:
         layout = readers().layout
         return JSONResponse(
-            {"stores": [{"name": s, "partitions": n, "partitioner": p} for s, (n, p) in layout.items()]}
+            {
+                "stores": [
+                    {"name": s, "partitions": n, "partitioner": p} for s, (n, p) in layout.items()
+                ]
+            }
         )
 
     async def get_key(request: Request) -> Response:
@@ -48,9 +52,7 @@ def query_routes(
 
     async def ready(request: Request) -> JSONResponse:
         is_ready, details = readiness()
-        return JSONResponse(
-            {"ready": is_ready, **details}, status_code=200 if is_ready else 503
-        )
+        return JSONResponse({"ready": is_ready, **details}, status_code=200 if is_ready else 503)
 
     return [
         Route("/stores", list_stores),

@@ -24,7 +24,9 @@ class StoreReaders:
         try:
             count, partitioner = self.layout[store]
         except KeyError:
-            raise StoreNotFound(f"no store named {store!r}; stores: {sorted(self.layout)}") from None
+            raise StoreNotFound(
+                f"no store named {store!r}; stores: {sorted(self.layout)}"
+            ) from None
         return partition_for(key, count, partitioner)
 
     def get(self, store: str, key: bytes) -> bytes | None:

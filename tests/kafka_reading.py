@@ -7,7 +7,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from foldstream.kafka import consume_available, consumer_config
 
 
-def read_topic(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int, bytes, bytes | None, list]]:
+def read_topic(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, int, bytes, bytes | None, list]]:
     """Every record of ``topic`` as (partition, offset, key, value, headers), to the end."""
     consumer = Consumer(consumer_config(bootstrap))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -24,8 +26,13 @@ def read_topic(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, i
                     continue
                 at_end.discard(message.partition())
                 records.append(
-                    (message.partition(), message.offset(), message.key(), message.value(),
-                     list(message.headers() or ()))
+                    (
+                        message.partition(),
+                        message.offset(),
+                        message.key(),
+                        message.value(),
+                        list(message.headers() or ()),
+                    )
                 )
     finally:
         consumer.close()

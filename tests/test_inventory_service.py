@@ -43,7 +43,8 @@ def test_command_then_query_round_trip(inventory: InstanceProcess) -> None:
 
 def test_queries_list_stores_and_report_errors(inventory: InstanceProcess) -> None:
     assert http("GET", f"{inventory.url}/stores") == (
-        200, {"stores": [{"name": "stock", "partitions": 4, "partitioner": "murmur2"}]}
+        200,
+        {"stores": [{"name": "stock", "partitions": 4, "partitioner": "murmur2"}]},
     )
     status, body = http("GET", f"{inventory.url}/stores/nope/keys/x")
     assert status == 404 and "no store named 'nope'" in body["error"]
@@ -70,8 +71,12 @@ def test_queries_list_stores_and_report_errors(inventory: InstanceProcess) -> No
     ],
 )
 def test_bad_commands_get_their_4xx_and_append_nothing(
-    broker: EmbeddedBroker, inventory: InstanceProcess, path: str, payload: object,
-    status: int, message: str,
+    broker: EmbeddedBroker,
+    inventory: InstanceProcess,
+    path: str,
+    payload: object,
+    status: int,
+    message: str,
 ) -> None:
     ends = EndOffsets(broker.bootstrap, EVENTS, list(range(4)))
     try:
@@ -115,7 +120,9 @@ def test_changelog_holds_the_latest_value_of_every_key(
     for n in range(1, 20):
         wait_for_value(inventory, "stock", f"log-{n}", {"on_hand": n + 1})
     latest: dict[bytes, bytes | None] = {}
-    for partition, _, key, value, headers in read_topic(broker.bootstrap, "inventory.stock.changelog", 4):
+    for partition, _, key, value, headers in read_topic(
+        broker.bootstrap, "inventory.stock.changelog", 4
+    ):
         assert partition == partition_for(key, 4)
         assert any(name == "foldstream-source-offset" for name, _ in headers)
         latest[key] = value

@@ -17,7 +17,9 @@ def test_producer_partitions_like_the_router(broker: EmbeddedBroker) -> None:
     keys = [f"key-{n}".encode() for n in range(300)]
     for key in keys:
         producer.produce(
-            "router.check", key=key, value=b"v",
+            "router.check",
+            key=key,
+            value=b"v",
             on_delivery=lambda err, msg: delivered.append((msg.key(), msg.partition())),
         )
     assert producer.flush(30) == 0

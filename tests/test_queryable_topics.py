@@ -17,7 +17,9 @@ from foldstream.process import InstanceProcess, http
 
 
 @pytest.fixture(scope="module")
-def prices(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstanceProcess]:
+def prices(
+    broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InstanceProcess]:
     ensure_topics(
         broker.bootstrap, [TopicSpec("supplier.prices", 3), TopicSpec("supplier.ratings", 5)]
     )
@@ -44,17 +46,27 @@ def test_librdkafka_default_partitioner_topic_is_queryable(
     for n in range(30):
         key = f"item-{n}".encode()
         producer.produce(
-            "supplier.prices", key=key, value=json.dumps({"cents": n * 10}).encode(),
+            "supplier.prices",
+            key=key,
+            value=json.dumps({"cents": n * 10}).encode(),
             on_delivery=lambda err, msg: landed.__setitem__(msg.key(), msg.partition()),
         )
     producer.produce("supplier.prices", key=b"item-0", value=json.dumps({"cents": 999}).encode())
     producer.produce("supplier.prices", key=b"item-1", value=None)  # tombstone
     assert producer.flush(30) == 0
     assert all(p == partition_for(k, 3, "consistent") for k, p in landed.items())
-    wait_for(prices, "/stores/prices/keys/item-0", (200, {"key": "item-0", "value": {"cents": 999}}))
-    wait_for(prices, "/stores/prices/keys/item-1", (404, {"error": "no key 'item-1' in store 'prices'"}))
+    wait_for(
+        prices, "/stores/prices/keys/item-0", (200, {"key": "item-0", "value": {"cents": 999}})
+    )
+    wait_for(
+        prices, "/stores/prices/keys/item-1", (404, {"error": "no key 'item-1' in store 'prices'"})
+    )
     for n in range(2, 30):
-        wait_for(prices, f"/stores/prices/keys/item-{n}", (200, {"key": f"item-{n}", "value": {"cents": n * 10}}))
+        wait_for(
+            prices,
+            f"/stores/prices/keys/item-{n}",
+            (200, {"key": f"item-{n}", "value": {"cents": n * 10}}),
+        )
 
 
 def test_java_compatible_client_topic_is_queryable(
@@ -62,7 +74,9 @@ def test_java_compatible_client_topic_is_queryable(
 ) -> None:
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap)  # murmur2, like the Java clients
     futures = [
-        producer.send("supplier.ratings", key=f"vendor-{n}".encode(), value=f"{n % 5} stars".encode())
+        producer.send(
+            "supplier.ratings", key=f"vendor-{n}".encode(), value=f"{n % 5} stars".encode()
+        )
         for n in range(40)
     ]
     producer.flush()
@@ -70,4 +84,8 @@ def test_java_compatible_client_topic_is_queryable(
         assert future.get(timeout=10).partition == partition_for(f"vendor-{n}".encode(), 5)
     producer.close()
     for n in range(40):
-        wait_for(prices, f"/stores/ratings/keys/vendor-{n}", (200, {"key": f"vendor-{n}", "value": f"{n % 5} stars"}))
+        wait_for(
+            prices,
+            f"/stores/ratings/keys/vendor-{n}",
+            (200, {"key": f"vendor-{n}", "value": f"{n % 5} stars"}),
+        )

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
+from foldstream.domain import EventCodec
 
 from foldstream.broker import EmbeddedBroker
-from foldstream.domain import EventCodec
 from foldstream.examples.inventory import fold_stock
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
@@ -35,7 +35,10 @@ def produce_events(bootstrap: str, rounds: int, stop: threading.Event) -> None:
             for domain_event in product.collect_events():
                 record = codec.encode(domain_event)
                 producer.produce(
-                    "inventory.events", key=record.key, value=record.value, headers=list(record.headers)
+                    "inventory.events",
+                    key=record.key,
+                    value=record.value,
+                    headers=list(record.headers),
                 )
         producer.poll(0)
         time.sleep(0.02)
@@ -60,7 +63,9 @@ def test_kill_and_restart_mid_stream(tmp_path: Path) -> None:
         state = tmp_path / "state"
         stop = threading.Event()
         writer = threading.Thread(target=produce_events, args=(broker.bootstrap, 150, stop))
-        instance = InstanceProcess(bootstrap=broker.bootstrap, state_dir=state, partitions=PARTITIONS)
+        instance = InstanceProcess(
+            bootstrap=broker.bootstrap, state_dir=state, partitions=PARTITIONS
+        )
         instance.start()
         try:
             instance.wait_ready()

@@ -13,7 +13,11 @@ from foldstream.service import Service
 service = Service(
     name="prices",
     projections=[
-        LatestValue("prices", topic="supplier.prices", value_format="json", partitioner="consistent"),
-        LatestValue("ratings", topic="supplier.ratings", value_format="string", partitioner="murmur2"),
+        LatestValue(
+            "prices", topic="supplier.prices", value_format="json", partitioner="consistent"
+        ),
+        LatestValue(
+            "ratings", topic="supplier.ratings", value_format="string", partitioner="murmur2"
+        ),
     ],
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,12 +21,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]
 def inventory(
     broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[InstanceProcess]:
-    """A running inventory instance (its own service name, so modules do not share topics)."""
+    """A running inventory instance; each module gets its own (and its own state directory)."""
     state = tmp_path_factory.mktemp("inventory") / "state"
     with InstanceProcess(bootstrap=broker.bootstrap, state_dir=state, partitions=4) as instance:
         instance.wait_ready()
         yield instance
-
-
-def run_dir(tmp_path: Path) -> Path:
-    return tmp_path

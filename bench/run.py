@@ -1,0 +1,168 @@
+"""First benchmark: projection rebuild events/s and API lookups/s, each beside a reference.
+
+    make bench            # or: .venv/bin/python bench/run.py --events 200000
+
+Prints a table and writes bench/results/latest.json. Numbers vary with machine load: compare
+ratios from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from foldstream.domain import EventCodec
+from foldstream.projections.sink import fold_partition
+from rich.console import Console
+from rich.table import Table
+
+from foldstream.broker import EmbeddedBroker
+from foldstream.examples.inventory import service
+from foldstream.examples.inventory.domain import Product
+from foldstream.kafka import (
+    TopicSpec,
+    consume_available,
+    consumer_config,
+    ensure_topics,
+    producer_config,
+)
+from foldstream.process import InstanceProcess, http
+from foldstream.state import RocksDBWriter
+
+PARTITIONS = 4
+TOPIC = "inventory.events"
+
+
+def produce(bootstrap: str, events: int, keys: int) -> None:
+    codec = EventCodec()
+    producer = Producer(producer_config(bootstrap, linger_ms=20, **{"batch.num.messages": 10000}))
+    products = [Product(id=f"sku-{n}") for n in range(keys)]
+    sent = 0
+    while sent < events:
+        product = random.choice(products)
+        product.receive_shipment(quantity=random.randint(1, 9))
+        for domain_event in product.collect_events():
+            record = codec.encode(domain_event)
+            while True:
+                try:
+                    producer.produce(
+                        TOPIC, key=record.key, value=record.value, headers=list(record.headers)
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            sent += 1
+    assert producer.flush(60) == 0
+
+
+def reference_fold(bootstrap: str, state_dir: Path) -> float:
+    """Plain confluent-kafka consumer, same fold, one WriteBatch per poll batch and partition."""
+    projection = service.projection("stock")
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    writers = {
+        p: RocksDBWriter(state_dir / f"ref-{p}", identity=f"{TOPIC}/{p}") for p in range(PARTITIONS)
+    }
+    at_end: set[int] = set()
+    folded = 0
+    started = time.perf_counter()
+    while len(at_end) < PARTITIONS:
+        rows: dict[int, list[dict[str, object]]] = {}
+        for message in consume_available(consumer, 10_000, 5.0):
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                continue
+            rows.setdefault(message.partition(), []).append(
+                {
+                    "offset": message.offset(),
+                    "key": message.key(),
+                    "value": message.value(),
+                    "headers": [{"name": n, "value": v} for n, v in message.headers() or ()],
+                }
+            )
+        for partition, batch in rows.items():
+            done = fold_partition(projection, writers[partition], batch, None)
+            folded += done[0] if done else 0
+    elapsed = time.perf_counter() - started
+    for writer in writers.values():
+        writer.close()
+    consumer.close()
+    return folded / elapsed
+
+
+async def lookups(url: str, keys: int, seconds: float, concurrency: int = 32) -> float:
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            async with session.get(
+                f"{url}/stores/stock/keys/sku-{random.randrange(keys)}"
+            ) as response:
+                await response.read()
+                assert response.status == 200
+            done += 1
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+    return done / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=5_000)
+    args = parser.parse_args()
+    console = Console()
+    results: dict[str, float] = {}
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        ensure_topics(broker.bootstrap, [TopicSpec(TOPIC, PARTITIONS)])
+        with console.status(f"producing {args.events} events"):
+            produce(broker.bootstrap, args.events, args.keys)
+        with console.status("reference: plain consumer fold"):
+            results["reference fold events/s"] = reference_fold(broker.bootstrap, Path(tmp))
+        instance = InstanceProcess(
+            bootstrap=broker.bootstrap, state_dir=Path(tmp) / "state", partitions=PARTITIONS
+        )
+        with instance, console.status("projection rebuild through Spark"):
+            while True:
+                try:
+                    if http("GET", f"{instance.url}/health", timeout=2)[0] == 200:
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            up = time.perf_counter()
+            instance.wait_ready(timeout=1800)
+            results["projection rebuild events/s"] = args.events / (time.perf_counter() - up)
+            results["API lookups/s (32 concurrent, client on the same 2 cores)"] = asyncio.run(
+                lookups(instance.url, args.keys, seconds=10)
+            )
+    results["rebuild ratio vs reference"] = (
+        results["projection rebuild events/s"] / results["reference fold events/s"]
+    )
+    table = Table(
+        title=f"foldstream bench: {args.events} events, {args.keys} keys, {PARTITIONS} partitions"
+    )
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, value in results.items():
+        table.add_row(name, f"{value:,.2f}" if value < 10 else f"{value:,.0f}")
+    console.print(table)
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
