@@ -17,23 +17,22 @@ import time
 from pathlib import Path
 
 import aiohttp
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from foldstream.domain import EventCodec
-from foldstream.projections.sink import fold_partition
+from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table
 
 from foldstream.broker import EmbeddedBroker
+from foldstream.domain import EventCodec
 from foldstream.examples.inventory import service
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import (
     TopicSpec,
-    consume_available,
-    consumer_config,
     ensure_topics,
     producer_config,
+    read_to_end,
 )
 from foldstream.process import InstanceProcess, http
+from foldstream.projections.sink import fold_partition
 from foldstream.state import RocksDBWriter
 
 PARTITIONS = 4
@@ -65,21 +64,14 @@ def produce(bootstrap: str, events: int, keys: int) -> None:
 def reference_fold(bootstrap: str, state_dir: Path) -> float:
     """Plain confluent-kafka consumer, same fold, one WriteBatch per poll batch and partition."""
     projection = service.projection("stock")
-    consumer = Consumer(consumer_config(bootstrap))
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
     writers = {
         p: RocksDBWriter(state_dir / f"ref-{p}", identity=f"{TOPIC}/{p}") for p in range(PARTITIONS)
     }
-    at_end: set[int] = set()
     folded = 0
     started = time.perf_counter()
-    while len(at_end) < PARTITIONS:
+    for batch in read_to_end(bootstrap, TOPIC, PARTITIONS):
         rows: dict[int, list[dict[str, object]]] = {}
-        for message in consume_available(consumer, 10_000, 5.0):
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-                continue
+        for message in batch:
             rows.setdefault(message.partition(), []).append(
                 {
                     "offset": message.offset(),
@@ -88,13 +80,12 @@ def reference_fold(bootstrap: str, state_dir: Path) -> float:
                     "headers": [{"name": n, "value": v} for n, v in message.headers() or ()],
                 }
             )
-        for partition, batch in rows.items():
-            done = fold_partition(projection, writers[partition], batch, None)
+        for partition, partition_rows in rows.items():
+            done = fold_partition(projection, writers[partition], partition_rows, None)
             folded += done[0] if done else 0
     elapsed = time.perf_counter() - started
     for writer in writers.values():
         writer.close()
-    consumer.close()
     return folded / elapsed
 
 

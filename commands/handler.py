@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
+from confluent_kafka import Producer
 
+from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
 from foldstream.errors import BrokerUnavailable, FoldstreamError
-from foldstream.kafka import consume_available, consumer_config, partition_for, producer_config
+from foldstream.kafka import partition_for, producer_config, read_to_end
 
 
 class UnknownCommand(FoldstreamError):
@@ -120,31 +120,15 @@ class CommandHandler:
 
     def start(self) -> int:
         """Rebuild every aggregate from the events topic; returns the events replayed."""
-        consumer = Consumer(
-            consumer_config(self.bootstrap, fetch_wait_max_ms=self.fetch_wait_max_ms)
-        )
-        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
-        at_end: set[int] = set()
         replayed = 0
-        try:
-            while len(at_end) < self.partitions:
-                messages = consume_available(consumer, 10_000, 30.0)
-                if not messages:
-                    raise BrokerUnavailable(f"no answer while replaying {self.topic}")
-                for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            at_end.add(message.partition())
-                            continue
-                        raise BrokerUnavailable(f"replaying {self.topic}: {error}")
-                    at_end.discard(message.partition())
-                    self._apply(
-                        EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
-                    )
-                    replayed += 1
-        finally:
-            consumer.close()
+        for batch in read_to_end(
+            self.bootstrap, self.topic, self.partitions, fetch_wait_max_ms=self.fetch_wait_max_ms
+        ):
+            for message in batch:
+                self._apply(
+                    EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
+                )
+            replayed += len(batch)
         self._poller.start()
         return replayed
 

@@ -5,17 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from foldstream.commands.handler import CommandHandler, InvalidArguments, UnknownCommand
-from foldstream.domain import DomainRuleViolation
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from foldstream.commands.handler import CommandHandler, InvalidArguments, UnknownCommand
+from foldstream.domain import DomainRuleViolation
 from foldstream.errors import BrokerUnavailable
-
-
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+from foldstream.responses import error_response
 
 
 def command_routes(handler: Callable[[], CommandHandler]) -> list[Route]:
@@ -27,19 +24,19 @@ def command_routes(handler: Callable[[], CommandHandler]) -> list[Route]:
         try:
             arguments = json.loads(body) if body.strip() else {}
         except ValueError as exc:
-            return error(400, f"malformed JSON: {exc}")
+            return error_response(400, f"malformed JSON: {exc}")
         try:
             result = await handler().handle(
                 params["aggregate"], params["aggregate_id"], params["command"], arguments
             )
         except UnknownCommand as exc:
-            return error(404, str(exc))
+            return error_response(404, str(exc))
         except InvalidArguments as exc:
-            return error(400, str(exc))
+            return error_response(400, str(exc))
         except DomainRuleViolation as exc:
-            return error(422, str(exc))
+            return error_response(422, str(exc))
         except BrokerUnavailable as exc:
-            return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+            return error_response(503, str(exc), headers={"Retry-After": "1"})
         return JSONResponse(
             {
                 "events": result.events,

@@ -22,6 +22,7 @@ See :mod:`foldstream.domain.records` for how events map to Kafka records.
 from __future__ import annotations
 
 from eventsourcing.domain import event
+
 from foldstream.domain.aggregate import Aggregate, DomainRuleViolation, command, commands_of
 from foldstream.domain.records import EventCodec, EventRecord
 

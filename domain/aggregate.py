@@ -29,7 +29,7 @@ class DomainRuleViolation(Exception):
 
 @dataclass(frozen=True)
 class KeyedAggregateEvent(CanMutateAggregate[str], metaclass=MetaDomainEvent):
-    """An event of an aggregate whose id is a string (eventsourcing's ``DomainEvent`` needs UUIDs)."""
+    """An event of an aggregate whose id is a string (eventsourcing's DomainEvent needs UUIDs)."""
 
     originator_id: str
     originator_version: int

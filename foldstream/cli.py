@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -26,10 +27,8 @@ def broker(port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 90
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with EmbeddedBroker(port=port) as running:
         typer.echo(f"broker ready: KAFKA_BOOTSTRAP_SERVERS={running.bootstrap}")
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
-        except KeyboardInterrupt:
-            pass
     typer.echo("broker stopped")
 
 
@@ -43,9 +42,7 @@ def serve(
     ] = None,
     state_dir: Annotated[Path | None, typer.Option(help="where stores live")] = None,
     partitions: Annotated[int | None, typer.Option(help="events topic partitions")] = None,
-    spark_master: Annotated[
-        str | None, typer.Option(help="e.g. local[*], spark://h:7077")
-    ] = None,
+    spark_master: Annotated[str | None, typer.Option(help="e.g. local[*], spark://h:7077")] = None,
     advertised_url: Annotated[
         str | None, typer.Option(help="URL clients reach this instance at")
     ] = None,

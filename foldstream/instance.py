@@ -92,11 +92,8 @@ class Instance:
         for projection in self.service.projections:
             topic = projection.source_topic(self.settings.events_topic)
             ends = self._ends[topic].ends(timeout=1.0)
-            applied = self.readers.applied_offsets(projection.store)
-            lag[projection.store] = sum(
-                max(0, end - (-1 if applied.get(p) is None else applied[p]) - 1)  # type: ignore[operator]
-                for p, end in ends.items()
-            )
+            applied = self.readers.next_offsets(projection.store)
+            lag[projection.store] = sum(max(0, end - applied[p]) for p, end in ends.items())
         return all(v == 0 for v in lag.values()), {"lag": lag}
 
     @contextlib.asynccontextmanager

@@ -6,11 +6,12 @@ which is exactly what the producer's configured partitioner computes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import KafkaException, murmur2
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition, murmur2
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from foldstream.errors import BrokerUnavailable, ConfigurationError
@@ -28,8 +29,6 @@ def partition_for(key: bytes, partitions: int, partitioner: Partitioner = "murmu
     if partitioner == "murmur2":
         return int(murmur2(key, partitions))
     if partitioner == "consistent":
-        import zlib
-
         return zlib.crc32(key) % partitions
     raise ConfigurationError(f"unknown partitioner {partitioner!r}; use one of {PARTITIONERS}")
 
@@ -43,6 +42,43 @@ def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[
     if first is None:
         return []
     return [first, *consumer.consume(max_messages - 1, 0)]
+
+
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    *,
+    fetch_wait_max_ms: int = 10,
+    timeout: float = 30.0,
+) -> Iterator[list[Any]]:
+    """Every record of ``topic`` from offset 0 to the end of each partition, in poll batches.
+
+    The end is where each partition reports end-of-partition after its last record, which is
+    right even on brokers that under-report log end offsets.
+    """
+    consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    at_end: set[int] = set()
+    try:
+        while len(at_end) < partitions:
+            messages = consume_available(consumer, 10_000, timeout)
+            if not messages:
+                raise BrokerUnavailable(f"no answer for {timeout}s while reading {topic}")
+            batch = []
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    at_end.discard(message.partition())
+                    batch.append(message)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                else:
+                    raise BrokerUnavailable(f"reading {topic}: {error}")
+            if batch:
+                yield batch
+    finally:
+        consumer.close()
 
 
 def producer_config(bootstrap: str, *, linger_ms: int = 5, **extra: object) -> dict[str, object]:

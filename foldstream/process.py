@@ -5,6 +5,7 @@ Only processes started here are ever signalled, by their own PID.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,8 +22,11 @@ from foldstream.errors import FoldstreamError
 
 
 def http(method: str, url: str, body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
-    """A JSON request with the standard library; returns (status, decoded body)."""
-    data = None if body is None else json.dumps(body).encode()
+    """A JSON request with the standard library; returns (status, decoded body).
+
+    ``body`` is sent as JSON, or as it is when it is already ``bytes``.
+    """
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)
     request.add_header("Content-Type", "application/json")
     try:
@@ -134,15 +138,11 @@ class InstanceProcess:
             return
         if self.process.poll() is None:
             self.process.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
         if self.process.poll() is None or _group_alive(self.process.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.process.wait()
         self.process = None
 

@@ -1,4 +1,4 @@
-"""Service settings: one immutable object, built from keywords (or, for the CLI, the environment)."""
+"""Service settings: one immutable object, built from keywords (or, in the CLI, the environment)."""
 
 from __future__ import annotations
 

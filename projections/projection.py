@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from foldstream.domain.records import EventCodec, EventRecord
-
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import PARTITIONERS, Partitioner
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from foldstream.projections.projection import Projection
 from foldstream.projections.sink import open_writer
-
 from foldstream.state import partition_path
 
 if TYPE_CHECKING:
@@ -36,10 +35,9 @@ def stored_offsets(
     for partition in partitions:
         writer = open_writer(partition_path(state_dir, store, partition), f"{topic}/{partition}")
         try:
-            applied = writer.applied_offset()
+            starts[partition] = writer.next_offset()
         finally:
             writer.close()
-        starts[partition] = 0 if applied is None else applied + 1
     return starts
 
 

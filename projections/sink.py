@@ -16,13 +16,13 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Producer
-from foldstream.domain.records import EventRecord
-from foldstream.projections.projection import Projection
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import producer_config
+from foldstream.projections.projection import Projection
 from foldstream.state import RocksDBWriter, partition_path
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"

@@ -94,10 +94,10 @@ def read_range(
                 columns["headers"].append(
                     [{"name": n, "value": v} for n, v in (message.headers() or ())]
                 )
-            if len(columns["offset"]) >= ROWS_PER_ARROW_BATCH or position >= span.end:
-                if columns["offset"]:
-                    yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
-                    columns = {name: [] for name in ARROW_SCHEMA.names}
+            full = len(columns["offset"]) >= ROWS_PER_ARROW_BATCH
+            if columns["offset"] and (full or position >= span.end):
+                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
+                columns = {name: [] for name in ARROW_SCHEMA.names}
     finally:
         consumer.unassign()
 

@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from foldstream.query_api.stores import StoreReaders
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.errors import StoreNotFound
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+from foldstream.query_api.stores import StoreReaders
+from foldstream.responses import error_response
 
 
 def query_routes(
@@ -40,9 +37,9 @@ def query_routes(
         try:
             value = readers().get(store, key.encode())
         except StoreNotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
         if value is None:
-            return _error(404, f"no key {key!r} in store {store!r}")
+            return error_response(404, f"no key {key!r} in store {store!r}")
         # The stored bytes are JSON already: answer without decoding and re-encoding them.
         body = b'{"key":' + json.dumps(key).encode() + b',"value":' + value + b"}"
         return Response(body, media_type="application/json")

@@ -33,11 +33,12 @@ class StoreReaders:
         partition = self.partition(store, key)
         return self._readers[store][partition].get(key)
 
-    def applied_offsets(self, store: str) -> dict[int, int | None]:
+    def next_offsets(self, store: str) -> dict[int, int]:
+        """``{partition: first source offset not yet in the store}``, freshly read."""
         readers = self._readers[store]
         for reader in readers:
             reader.refresh()
-        return {p: reader.applied_offset() for p, reader in enumerate(readers)}
+        return {p: reader.next_offset() for p, reader in enumerate(readers)}
 
     def close(self) -> None:
         for readers in self._readers.values():

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from foldstream.domain import DomainRuleViolation, EventCodec, commands_of
 
+from foldstream.domain import DomainRuleViolation, EventCodec, commands_of
 from foldstream.examples.inventory import fold_stock
 from foldstream.examples.inventory.domain import Product
 

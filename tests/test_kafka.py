@@ -50,7 +50,7 @@ def test_end_offsets_include_the_whole_last_batch(broker: EmbeddedBroker) -> Non
     ends = EndOffsets(broker.bootstrap, "ends.check", [0])
     try:
         assert ends.ends() == {0: 10}
-        for n in range(5):
+        for _ in range(5):
             producer.produce("ends.check", key=b"k", value=b"more", partition=0)
         producer.flush(30)
         assert ends.wait_beyond({0: 14}, timeout=10) == {0: 15}

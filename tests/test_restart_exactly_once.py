@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Producer
-from foldstream.domain import EventCodec
 
 from foldstream.broker import EmbeddedBroker
+from foldstream.domain import EventCodec
 from foldstream.examples.inventory import fold_stock
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
@@ -28,7 +28,7 @@ def produce_events(bootstrap: str, rounds: int, stop: threading.Event) -> None:
     for round_number in range(rounds):
         if stop.is_set():
             break
-        for sku, product in products.items():
+        for product in products.values():
             product.receive_shipment(quantity=round_number % 7 + 1)
             if round_number % 3 == 2:
                 product.sell(quantity=1)

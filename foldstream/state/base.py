@@ -22,6 +22,11 @@ class PartitionReader(ABC):
     def applied_offset(self) -> int | None:
         """The last source offset reflected in the state, or None before the first commit."""
 
+    def next_offset(self) -> int:
+        """The first source offset not yet reflected in the state (0 before any commit)."""
+        applied = self.applied_offset()
+        return 0 if applied is None else applied + 1
+
     @abstractmethod
     def refresh(self) -> None:
         """Make the writer's latest commit visible (no-op where reads are always current)."""
