@@ -1,4 +1,5 @@
-"""First benchmark: projection rebuild events/s and API lookups/s, each beside a reference.
+"""First benchmark: projection rebuild events/s (beside a plain-consumer reference), API
+lookups/s, and freshness (command acknowledged -> value served by the query API).
 
     make bench            # or: .venv/bin/python bench/run.py --events 200000
 
@@ -109,10 +110,34 @@ async def lookups(url: str, keys: int, seconds: float, concurrency: int = 32) ->
     return done / (time.perf_counter() - started)
 
 
+def freshness(url: str, commands: int) -> list[float]:
+    """Seconds from a command's acknowledgement to its value being served, one at a time."""
+    delays = []
+    for n in range(commands):
+        sku = f"fresh-{n % 10}"
+        path = f"{url}/commands/product/{sku}/receive_shipment"
+        status, body = http("POST", path, {"quantity": 1})
+        assert status == 200, body
+        acknowledged = time.perf_counter()
+        version = body["events"][-1]["version"]
+        # receive_shipment adds one item per command: on_hand == version - 1 after this one.
+        while True:
+            status, body = http("GET", f"{url}/stores/stock/keys/{sku}")
+            if status == 200 and body["value"]["on_hand"] == version - 1:
+                break
+            if time.perf_counter() - acknowledged > 60:
+                raise TimeoutError(f"{sku} not served at version {version} after 60s")
+            time.sleep(0.002)
+        delays.append(time.perf_counter() - acknowledged)
+        time.sleep(0.05)
+    return sorted(delays)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=5_000)
+    parser.add_argument("--freshness-commands", type=int, default=100)
     args = parser.parse_args()
     console = Console()
     results: dict[str, float] = {}
@@ -139,6 +164,11 @@ def main() -> None:
             results["API lookups/s (32 concurrent, client on the same 2 cores)"] = asyncio.run(
                 lookups(instance.url, args.keys, seconds=10)
             )
+            delays = freshness(instance.url, args.freshness_commands)
+            results["freshness p50 s (command ack -> served)"] = delays[len(delays) // 2]
+            results["freshness p99 s (command ack -> served)"] = delays[
+                min(len(delays) - 1, int(len(delays) * 0.99))
+            ]
     results["rebuild ratio vs reference"] = (
         results["projection rebuild events/s"] / results["reference fold events/s"]
     )
