@@ -96,6 +96,7 @@ class CommandHandler:
         partitions: int,
         linger_ms: int = 5,
         fetch_wait_max_ms: int = 10,
+        transactional_id_prefix: str = "",
     ) -> None:
         self.aggregates = dict(aggregates)
         self.bootstrap = bootstrap
@@ -117,6 +118,15 @@ class CommandHandler:
     def _poll_deliveries(self) -> None:
         while not self._stopping.is_set():
             self._producer.poll(0.05)
+
+    def partition_of(self, aggregate_id: str) -> int:
+        return partition_for(aggregate_id.encode(), self.partitions)
+
+    def assign(self, partitions: object) -> int:  # TEMPORARY until the commands branch lands
+        return 0
+
+    def revoke(self, partitions: object) -> None:  # TEMPORARY
+        return None
 
     def start(self) -> int:
         """Rebuild every aggregate from the events topic; returns the events replayed."""

@@ -6,20 +6,34 @@ import json
 from collections.abc import Callable
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.commands.handler import CommandHandler, InvalidArguments, UnknownCommand
 from foldstream.domain import DomainRuleViolation
 from foldstream.errors import BrokerUnavailable
 from foldstream.responses import error_response
+from foldstream.routing import Locator, Redirect, Unavailable, redirect, unavailable
 
 
-def command_routes(handler: Callable[[], CommandHandler]) -> list[Route]:
-    """Routes that send commands to the handler returned by ``handler()`` (opened in lifespan)."""
+def command_routes(
+    handler: Callable[[], CommandHandler], locator: Callable[[], Locator]
+) -> list[Route]:
+    """Routes that send commands to the handler returned by ``handler()`` (opened in lifespan).
 
-    async def run_command(request: Request) -> JSONResponse:
+    A command for an aggregate whose partition another instance owns is redirected there (307,
+    same path); while no instance owns it, the answer is 503 with ``Retry-After``.
+    """
+
+    async def run_command(request: Request) -> Response:
         params = request.path_params
+        commands = handler()
+        partition = commands.partition_of(params["aggregate_id"])
+        location = locator().locate(commands.topic, partition)
+        if isinstance(location, Redirect):
+            return redirect(request, location)
+        if isinstance(location, Unavailable):
+            return unavailable(location)
         body = await request.body()
         try:
             arguments = json.loads(body) if body.strip() else {}

@@ -44,7 +44,13 @@ def serve(
     partitions: Annotated[int | None, typer.Option(help="events topic partitions")] = None,
     spark_master: Annotated[str | None, typer.Option(help="e.g. local[*], spark://h:7077")] = None,
     advertised_url: Annotated[
-        str | None, typer.Option(help="URL clients reach this instance at")
+        str | None, typer.Option(help="URL clients and other instances reach this one at")
+    ] = None,
+    standbys: Annotated[
+        int | None, typer.Option(help="warm standby copies of each partition (default 1)")
+    ] = None,
+    session_timeout_ms: Annotated[
+        int | None, typer.Option(help="how long a silent instance keeps its partitions")
     ] = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
@@ -65,6 +71,8 @@ def serve(
         partitions=partitions,
         spark_master=spark_master,
         advertised_url=advertised_url,
+        standby_replicas=standbys,
+        session_timeout_ms=session_timeout_ms,
     )
     instance = Instance(service=definition, service_path=service, settings=settings)
     uvicorn.run(instance.app, host=host, port=port, log_level="warning", lifespan="on")

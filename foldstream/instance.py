@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from starlette.applications import Starlette
 
+from foldstream.changelog import StandbyReplicas, StoreLayout
+from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.errors import ConfigurationError
@@ -23,6 +26,7 @@ from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.offsets import EndOffsets
 from foldstream.projections.runner import ProjectionRunner
 from foldstream.query_api import StoreReaders, query_routes
+from foldstream.query_api.stores import StoreInfo
 from foldstream.service import Service
 from foldstream.settings import Settings
 
@@ -38,12 +42,18 @@ class Instance:
         self.settings = settings
         self.handler: CommandHandler | None = None
         self.readers: StoreReaders | None = None
-        self.runner: ProjectionRunner | None = None
-        self._ends: dict[str, EndOffsets] = {}
+        self.node: ClusterNode | None = None
         self.app = Starlette(
             routes=[
-                *command_routes(lambda: self._require(self.handler)),
-                *query_routes(lambda: self._require(self.readers), self.readiness),
+                *command_routes(
+                    lambda: self._require(self.handler), lambda: self._require(self.node)
+                ),
+                *query_routes(
+                    lambda: self._require(self.readers),
+                    lambda: self._require(self.node),
+                    self.readiness,
+                    lambda: self._require(self.node).snapshot(),
+                ),
             ],
             lifespan=self._lifespan,
         )
@@ -57,7 +67,10 @@ class Instance:
     def provision(self) -> dict[str, int]:
         """Create the service's topics; return ``{topic: partitions}`` of every source topic."""
         settings = self.settings
-        specs = [TopicSpec(settings.events_topic, settings.partitions)]
+        specs = [
+            TopicSpec(settings.events_topic, settings.partitions),
+            TopicSpec(settings.cluster_topic, 1, compact=True),
+        ]
         specs += [
             TopicSpec(settings.changelog_topic(p.store), settings.partitions, compact=True)
             for p in self.service.projections
@@ -82,19 +95,20 @@ class Instance:
         return layout
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
-        """Ready when every store has applied its source topic up to the end."""
-        if self.readers is None or self.runner is None:
+        """Ready when this instance serves every partition it owns, caught up."""
+        if self.node is None:
             return False, {"reason": "starting"}
-        failure = self.runner.failure()
-        if failure:
-            return False, {"reason": failure}
-        lag: dict[str, int] = {}
-        for projection in self.service.projections:
-            topic = projection.source_topic(self.settings.events_topic)
-            ends = self._ends[topic].ends(timeout=1.0)
-            applied = self.readers.next_offsets(projection.store)
-            lag[projection.store] = sum(max(0, end - applied[p]) for p, end in ends.items())
-        return all(v == 0 for v in lag.values()), {"lag": lag}
+        return self.node.readiness()
+
+    def member_id(self) -> str:
+        """This instance's id in the cluster, kept in the state directory across restarts."""
+        path = self.settings.state_dir / "instance-id"
+        if path.exists():
+            return path.read_text().strip()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        member_id = f"{self.settings.service}-{uuid.uuid4().hex[:8]}"
+        path.write_text(member_id + "\n")
+        return member_id
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -102,43 +116,78 @@ class Instance:
 
         settings = self.settings
         layout = await asyncio.to_thread(self.provision)
-        self.handler = CommandHandler(
-            aggregates=self.service.aggregates,
-            bootstrap=settings.bootstrap_servers,
-            topic=settings.events_topic,
-            partitions=settings.partitions,
-            linger_ms=settings.linger_ms,
-            fetch_wait_max_ms=settings.fetch_wait_max_ms,
-        )
-        replayed = await asyncio.to_thread(self.handler.start)
-        log.info("command handler rebuilt aggregates from %d events", replayed)
-        spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
-        self.runner = ProjectionRunner(
-            spark=spark,
-            settings=settings,
-            service_path=self.service_path,
-            projections=self.service.projections,
-            partitions=layout,
-        )
-        await asyncio.to_thread(self.runner.start)
-        self._ends = {
-            topic: EndOffsets(settings.bootstrap_servers, topic, list(range(count)))
-            for topic, count in layout.items()
+        events = settings.events_topic
+        stores = {
+            p.store: StoreLayout(p.source_topic(events), settings.changelog_topic(p.store))
+            for p in self.service.projections
         }
-        self.readers = StoreReaders(
-            settings.state_dir,
-            {
-                p.store: (layout[p.source_topic(settings.events_topic)], p.partitioner)
-                for p in self.service.projections
-            },
-        )
-        try:
-            yield
-        finally:
-            readers, self.readers = self.readers, None
-            readers.close()
-            self.runner.stop()
-            for ends in self._ends.values():
-                ends.close()
-            self.handler.close()
-            spark.stop()
+        async with contextlib.AsyncExitStack() as stack:
+            handler = None
+            if self.service.aggregates:
+                handler = CommandHandler(
+                    aggregates=self.service.aggregates,
+                    bootstrap=settings.bootstrap_servers,
+                    topic=events,
+                    partitions=settings.partitions,
+                    linger_ms=settings.linger_ms,
+                    fetch_wait_max_ms=settings.fetch_wait_max_ms,
+                    transactional_id_prefix=events,
+                )
+                handler.start()
+                stack.callback(handler.close)
+            self.handler = handler
+            spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
+            stack.callback(spark.stop)
+            runner = ProjectionRunner(
+                spark=spark,
+                settings=settings,
+                service_path=self.service_path,
+                projections=self.service.projections,
+                partitions=layout,
+            )
+            await asyncio.to_thread(runner.start)
+            stack.callback(runner.stop)
+            ends = {
+                topic: EndOffsets(settings.bootstrap_servers, topic, list(range(count)))
+                for topic, count in layout.items()
+            }
+            for topic_ends in ends.values():
+                stack.callback(topic_ends.close)
+            replicas = StandbyReplicas(
+                bootstrap=settings.bootstrap_servers,
+                state_dir=settings.state_dir,
+                layouts=stores,
+                fetch_wait_max_ms=settings.fetch_wait_max_ms,
+            )
+            stack.callback(replicas.close)
+            readers = StoreReaders(
+                settings.state_dir,
+                {
+                    p.store: StoreInfo(
+                        p.source_topic(events), layout[p.source_topic(events)], p.partitioner
+                    )
+                    for p in self.service.projections
+                },
+                standby_read=replicas.get,
+            )
+            stack.callback(readers.close)
+            node = ClusterNode(
+                settings=settings,
+                member_id=self.member_id(),
+                stores=stores,
+                topics=layout,
+                readers=readers,
+                replicas=replicas,
+                projections=runner,
+                commands=handler,
+                ends=ends,
+            )
+            await asyncio.to_thread(node.start)
+            # Leaving first: the HTTP server has stopped answering, then partitions move at
+            # once to the other members, then the stores close.
+            stack.callback(node.close)
+            self.readers, self.node = readers, node
+            try:
+                yield
+            finally:
+                self.readers = self.node = self.handler = None

@@ -7,7 +7,7 @@ which is exactly what the producer's configured partitioner computes.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,16 +52,35 @@ def read_to_end(
     fetch_wait_max_ms: int = 10,
     timeout: float = 30.0,
 ) -> Iterator[list[Any]]:
-    """Every record of ``topic`` from offset 0 to the end of each partition, in poll batches.
+    """Every record of ``topic`` from offset 0 to the end of each partition, in poll batches."""
+    return read_partitions_to_end(
+        bootstrap,
+        topic,
+        dict.fromkeys(range(partitions), 0),
+        fetch_wait_max_ms=fetch_wait_max_ms,
+        timeout=timeout,
+    )
+
+
+def read_partitions_to_end(
+    bootstrap: str,
+    topic: str,
+    starts: Mapping[int, int],
+    *,
+    fetch_wait_max_ms: int = 10,
+    timeout: float = 30.0,
+) -> Iterator[list[Any]]:
+    """The records of ``topic`` from ``starts`` (``{partition: offset}``) to each partition's
+    end, in poll batches.
 
     The end is where each partition reports end-of-partition after its last record, which is
     right even on brokers that under-report log end offsets.
     """
     consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
     at_end: set[int] = set()
     try:
-        while len(at_end) < partitions:
+        while len(at_end) < len(starts):
             messages = consume_available(consumer, 10_000, timeout)
             if not messages:
                 raise BrokerUnavailable(f"no answer for {timeout}s while reading {topic}")

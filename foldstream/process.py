@@ -21,23 +21,48 @@ from foldstream.broker import free_port
 from foldstream.errors import FoldstreamError
 
 
-def http(method: str, url: str, body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the 3xx comes back as an HTTPError, handled in http()
+
+
+_opener = urllib.request.build_opener(_NoRedirects)
+
+
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    timeout: float = 30.0,
+    *,
+    follow_redirects: bool = True,
+) -> tuple[int, Any]:
     """A JSON request with the standard library; returns (status, decoded body).
 
-    ``body`` is sent as JSON, or as it is when it is already ``bytes``.
+    ``body`` is sent as JSON, or as it is when it is already ``bytes``. A 307 is followed with
+    the same method and body (up to 5 times) unless ``follow_redirects`` is false; then the
+    answer is ``(307, {"location": <url>})``.
     """
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        payload = exc.read()
+    for _ in range(6):
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
         try:
-            return exc.code, json.loads(payload or b"null")
-        except ValueError:
-            return exc.code, payload.decode(errors="replace")
+            with _opener.open(request, timeout=timeout) as response:
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            payload = exc.read()
+            if exc.code == 307:
+                location = exc.headers["Location"]
+                if not follow_redirects:
+                    return 307, {"location": location}
+                url = location
+                continue
+            try:
+                return exc.code, json.loads(payload or b"null")
+            except ValueError:
+                return exc.code, payload.decode(errors="replace")
+    raise FoldstreamError(f"more than 5 redirects from {url}")
 
 
 class InstanceProcess:
@@ -53,6 +78,8 @@ class InstanceProcess:
         port: int | None = None,
         log_path: Path | None = None,
         spark_master: str = "local[2]",
+        standbys: int = 1,
+        session_timeout_ms: int = 3000,
     ) -> None:
         self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
@@ -63,6 +90,8 @@ class InstanceProcess:
             self.state_dir.name + f"-{self.port}.log"
         )
         self.spark_master = spark_master
+        self.standbys = standbys
+        self.session_timeout_ms = session_timeout_ms
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -93,6 +122,10 @@ class InstanceProcess:
                 str(self.partitions),
                 "--spark-master",
                 self.spark_master,
+                "--standbys",
+                str(self.standbys),
+                "--session-timeout-ms",
+                str(self.session_timeout_ms),
             ],
             stdout=log,
             stderr=log,

@@ -33,6 +33,10 @@ class Settings:
     fetch_wait_max_ms: int = 10
     # A few ms of linger avoids partitions made of single-message batches, which slow brokers down.
     linger_ms: int = 5
+    # Instances keeping a warm copy of each partition besides its active owner.
+    standby_replicas: int = 1
+    # How long a silent instance keeps its partitions: bounds failover time.
+    session_timeout_ms: int = 3000
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -42,6 +46,12 @@ class Settings:
             )
         if self.partitions < 1:
             raise ConfigurationError(f"partitions must be >= 1, got {self.partitions}")
+        if self.standby_replicas < 0:
+            raise ConfigurationError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
+        if self.session_timeout_ms < 1000:
+            raise ConfigurationError(
+                f"session_timeout_ms must be >= 1000, got {self.session_timeout_ms}"
+            )
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
         object.__setattr__(self, "state_dir", Path(self.state_dir))
@@ -49,6 +59,16 @@ class Settings:
     @property
     def events_topic(self) -> str:
         return f"{self.service}.events"
+
+    @property
+    def cluster_topic(self) -> str:
+        """The compacted topic where instances publish the cluster map."""
+        return f"{self.service}.cluster"
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group whose members share the service's partitions."""
+        return f"{self.service}.instances"
 
     def changelog_topic(self, store: str) -> str:
         return f"{self.service}.{store}.changelog"
@@ -74,6 +94,8 @@ class Settings:
             ("partitions", int),
             ("spark_master", str),
             ("advertised_url", str),
+            ("standby_replicas", int),
+            ("session_timeout_ms", int),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

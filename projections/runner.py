@@ -6,16 +6,18 @@ start resumes from what the stores hold, which is exact even if a checkpoint is 
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
+import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from foldstream.projections.projection import Projection
 from foldstream.projections.sink import open_writer
+from foldstream.projections.source import write_owned
 from foldstream.state import partition_path
 
 if TYPE_CHECKING:
@@ -42,7 +44,12 @@ def stored_offsets(
 
 
 class ProjectionRunner:
-    """Starts one streaming query per projection; :meth:`stop` stops them all."""
+    """Runs one streaming query per projection over the source partitions this instance owns.
+
+    Queries run for the instance's whole life; :meth:`run` changes the partitions they read
+    through each query's owned-partitions file (read at every micro-batch). When it returns,
+    no micro-batch that may still write a partition no longer owned is running.
+    """
 
     def __init__(
         self,
@@ -51,33 +58,74 @@ class ProjectionRunner:
         settings: Settings,
         service_path: str,
         projections: Sequence[Projection],
-        partitions: dict[str, int],
+        partitions: Mapping[str, int],
+        quiesce_timeout_s: float = 10.0,
     ) -> None:
         self.spark = spark
         self.settings = settings
         self.service_path = service_path
         self.projections = list(projections)
-        self.partitions = partitions  # {topic: partition count}
+        self.partitions = dict(partitions)  # {topic: partition count}
+        self.quiesce_timeout_s = quiesce_timeout_s
         self.queries: dict[str, StreamingQuery] = {}
+        self._owned: dict[str, dict[int, int]] = {}
+        self._lock = threading.Lock()
+
+    def _owned_path(self, store: str) -> Path:
+        return self.settings.state_dir / "spark" / f"{store}.owned.json"
 
     def start(self) -> None:
+        """Start every projection's query, reading no partition until :meth:`run` says so."""
         for projection in self.projections:
+            write_owned(self._owned_path(projection.store), {})
+            self._owned[projection.store] = {}
             self.queries[projection.store] = self._start(projection)
+
+    def run(self, owned: Mapping[str, Iterable[int]]) -> None:
+        """Make each projection process exactly the ``owned`` partitions of its source topic."""
+        with self._lock:
+            for projection in self.projections:
+                store = projection.store
+                topic = projection.source_topic(self.settings.events_topic)
+                wanted = set(owned.get(topic, ()))
+                current = self._owned[store]
+                if wanted == set(current):
+                    continue
+                gained = sorted(wanted - set(current))
+                starts = stored_offsets(self.settings.state_dir, store, topic, gained)
+                log.info("projection %s processes %s (new: %s)", store, sorted(wanted), starts)
+                updated = {p: o for p, o in current.items() if p in wanted} | starts
+                write_owned(self._owned_path(store), updated)
+                self._owned[store] = updated
+                if set(current) - wanted:
+                    self._quiesce(store)
+
+    def _quiesce(self, store: str) -> None:
+        # A micro-batch planned before the file changed may still write the dropped partitions:
+        # wait until the trigger running now (if any) has finished.
+        query = self.queries[store]
+        progress = query.lastProgress
+        seen = progress["batchId"] if progress else -1
+        deadline = time.monotonic() + self.quiesce_timeout_s
+        while time.monotonic() < deadline and query.isActive:
+            if not query.status["isTriggerActive"]:
+                return
+            progress = query.lastProgress
+            if progress and progress["batchId"] > seen:
+                return
+            time.sleep(0.01)
 
     def _start(self, projection: Projection) -> StreamingQuery:
         settings = self.settings
         topic = projection.source_topic(settings.events_topic)
-        partitions = list(range(self.partitions[topic]))
-        starts = stored_offsets(settings.state_dir, projection.store, topic, partitions)
         scratch = settings.state_dir / "spark" / projection.store
         shutil.rmtree(scratch, ignore_errors=True)
-        log.info("projection %s starts from %s", projection.store, starts)
         stream = (
             self.spark.readStream.format("foldstream-kafka")
             .option("bootstrap", settings.bootstrap_servers)
             .option("topic", topic)
-            .option("partitions", ",".join(map(str, partitions)))
-            .option("start_offsets", json.dumps({str(p): o for p, o in starts.items()}))
+            .option("partitions", ",".join(map(str, range(self.partitions[topic]))))
+            .option("owned", str(self._owned_path(projection.store).resolve()))
             .option("fetch_wait_max_ms", str(settings.fetch_wait_max_ms))
             .load()
         )

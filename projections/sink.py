@@ -19,13 +19,13 @@ from confluent_kafka import Producer
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from foldstream.changelog import BATCH_END_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import producer_config
 from foldstream.projections.projection import Projection
 from foldstream.state import RocksDBWriter, partition_path
 
-SOURCE_OFFSET_HEADER = "foldstream-source-offset"
 _producers: dict[str, Producer] = {}
 
 
@@ -88,14 +88,21 @@ def fold_partition(
             writer.put(record.key, new_value)
         changed[record.key] = new_value
     last_offset = int(fresh[-1]["offset"])
+    changelog_offset = None
     if changelog is not None:
         producer, topic, partition = changelog
         errors: list[str] = []
+        landed: list[int] = []
         headers = [(SOURCE_OFFSET_HEADER, str(last_offset).encode())]
+        # The last record closes the batch: a copy applies a batch only once it has all of it.
+        closing = [*headers, (BATCH_END_HEADER, b"1")]
+        last_key = next(reversed(changed))
 
-        def on_delivery(error: Any, _message: Any) -> None:
+        def on_delivery(error: Any, message: Any) -> None:
             if error is not None:
                 errors.append(str(error))
+            else:
+                landed.append(message.offset())
 
         for key, value in changed.items():
             producer.produce(
@@ -103,12 +110,14 @@ def fold_partition(
                 key=key,
                 value=value,
                 partition=partition,
-                headers=headers,
+                headers=closing if key == last_key else headers,
                 on_delivery=on_delivery,
             )
         if producer.flush(30) or errors:
             raise BrokerUnavailable(f"changelog {topic}/{partition} not acknowledged: {errors[:3]}")
-    writer.commit(last_offset)
+        # Stored with the state, so a later restore knows where in the changelog to resume.
+        changelog_offset = max(landed)
+    writer.commit(last_offset, changelog_offset=changelog_offset)
     return len(fresh), last_offset
 
 

@@ -8,9 +8,11 @@ nothing but confluent-kafka. The driver side learns end offsets from :class:`End
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -103,16 +105,22 @@ def read_range(
 
 
 class KafkaStreamReader(DataSourceStreamReader):
-    """Driver and executor sides of the source. Options: see :class:`KafkaSource`."""
+    """Driver and executor sides of the source. Options: see :class:`KafkaSource`.
+
+    The partitions read are the ones listed in the ``owned`` file at the start of each
+    micro-batch, with the offset to start from when a partition is new to the stream. The
+    instance rewrites that file when partitions move, so the query never restarts.
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.bootstrap = options["bootstrap"]
         self.topic = options["topic"]
         self.partitions_ = [int(p) for p in options["partitions"].split(",")]
-        self.start_offsets = {int(p): o for p, o in json.loads(options["start_offsets"]).items()}
+        self.owned_path = Path(options["owned"])
         self.max_records = int(options.get("max_records_per_partition", "200000"))
         self.fetch_wait_max_ms = int(options.get("fetch_wait_max_ms", "10"))
         self._ends: EndOffsets | None = None
+        self._owned: dict[int, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_ends"} | {"_ends": None}
@@ -128,18 +136,21 @@ class KafkaStreamReader(DataSourceStreamReader):
         return self._ends
 
     def initialOffset(self) -> dict[str, int]:
-        return {str(p): self.start_offsets.get(p, 0) for p in self.partitions_}
+        return {}
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        begun = {int(p): o for p, o in start.items()}
+        self._owned = read_owned(self.owned_path)
+        begun = {p: int(start.get(str(p), first)) for p, first in self._owned.items()}
+        if not begun:
+            return {}
         # Waiting briefly for new data here saves Spark an empty poll-and-sleep round.
         ends = self._end_offsets().wait_beyond(begun, timeout=0.05)
         cap = None if isinstance(limit, ReadAllAvailable) else self.max_records
         latest = {}
-        for p in self.partitions_:
-            end = max(ends.get(p, 0), begun.get(p, 0))
+        for p, first in begun.items():
+            end = max(ends.get(p, 0), first)
             if cap is not None:
-                end = min(end, begun.get(p, 0) + cap)
+                end = min(end, first + cap)
             latest[str(p)] = end
         return latest
 
@@ -147,11 +158,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_records)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        return [
-            KafkaRange(int(p), start.get(p, 0), end[p])
-            for p in sorted(end, key=int)
-            if end[p] > start.get(p, 0)
-        ]
+        ranges = []
+        for p in sorted(end, key=int):
+            first = int(start.get(p, self._owned.get(int(p), end[p])))
+            if end[p] > first:
+                ranges.append(KafkaRange(int(p), first, end[p]))
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
@@ -168,9 +180,26 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._ends = None
 
 
+def read_owned(path: Path) -> dict[int, int]:
+    """``{partition: offset to start from}`` of the partitions this instance processes."""
+    try:
+        return {int(p): int(o) for p, o in json.loads(path.read_text()).items()}
+    except FileNotFoundError:
+        return {}
+
+
+def write_owned(path: Path, owned: dict[int, int]) -> None:
+    """Atomically replace the owned-partitions file read at each micro-batch."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(json.dumps({str(p): o for p, o in sorted(owned.items())}))
+    os.replace(scratch, path)
+
+
 class KafkaSource(DataSource):
     """``spark.readStream.format("foldstream-kafka")`` with options ``bootstrap``, ``topic``,
-    ``partitions`` (comma-separated), ``start_offsets`` (JSON ``{"p": offset}``) and optionally
+    ``partitions`` (all of the topic's, comma-separated), ``owned`` (the path of the file
+    naming the partitions to read, see :func:`write_owned`) and optionally
     ``max_records_per_partition`` and ``fetch_wait_max_ms``."""
 
     @classmethod

@@ -1,9 +1,10 @@
-"""HTTP routes of the query side: stores, key lookups, health and readiness."""
+"""HTTP routes of the query side: stores, key lookups, owners, the cluster map, health."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -12,14 +13,20 @@ from starlette.routing import Route
 from foldstream.errors import StoreNotFound
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import error_response
+from foldstream.routing import Local, Locator, Redirect, parse_max_lag, redirect, unavailable
 
 
 def query_routes(
-    readers: Callable[[], StoreReaders], readiness: Callable[[], tuple[bool, dict[str, object]]]
+    readers: Callable[[], StoreReaders],
+    locator: Callable[[], Locator],
+    readiness: Callable[[], tuple[bool, dict[str, object]]],
+    cluster: Callable[[], dict[str, Any]],
 ) -> list[Route]:
-    """Routes over the readers returned by ``readers()`` (opened in the app's lifespan).
+    """Routes over the readers and locator returned by ``readers()`` and ``locator()`` (both
+    opened in the app's lifespan).
 
-    ``readiness()`` says whether every store is open and caught up, with details.
+    ``readiness()`` says whether this instance serves everything it owns, caught up;
+    ``cluster()`` is the cluster map published for smart clients.
     """
 
     async def list_stores(request: Request) -> JSONResponse:
@@ -27,7 +34,8 @@ def query_routes(
         return JSONResponse(
             {
                 "stores": [
-                    {"name": s, "partitions": n, "partitioner": p} for s, (n, p) in layout.items()
+                    {"name": s, "partitions": i.partitions, "partitioner": i.partitioner}
+                    for s, i in layout.items()
                 ]
             }
         )
@@ -35,14 +43,64 @@ def query_routes(
     async def get_key(request: Request) -> Response:
         store, key = request.path_params["store"], request.path_params["key"]
         try:
-            value = readers().get(store, key.encode())
+            max_lag = parse_max_lag(request)
+        except ValueError as exc:
+            return error_response(400, f"max_lag must be a non-negative integer: {exc}")
+        stores = readers()
+        try:
+            info = stores.info(store)
         except StoreNotFound as exc:
             return error_response(404, str(exc))
+        raw_key = key.encode()
+        partition = stores.partition(store, raw_key)
+        location = locator().locate(info.topic, partition, max_lag=max_lag)
+        if isinstance(location, Redirect):
+            return redirect(request, location)
+        if not isinstance(location, Local):
+            return unavailable(location)
+        value = stores.get(store, partition, raw_key, standby=location.role == "standby")
+        served_by = json.dumps(
+            {
+                "instance": location.instance,
+                "role": location.role,
+                "partition": partition,
+                "lag": location.lag,
+            }
+        ).encode()
         if value is None:
-            return error_response(404, f"no key {key!r} in store {store!r}")
+            body = (
+                b'{"error":'
+                + json.dumps(f"no key {key!r} in store {store!r}").encode()
+                + b',"served_by":'
+                + served_by
+                + b"}"
+            )
+            return Response(body, status_code=404, media_type="application/json")
         # The stored bytes are JSON already: answer without decoding and re-encoding them.
-        body = b'{"key":' + json.dumps(key).encode() + b',"value":' + value + b"}"
+        body = (
+            b'{"key":'
+            + json.dumps(key).encode()
+            + b',"value":'
+            + value
+            + b',"served_by":'
+            + served_by
+            + b"}"
+        )
         return Response(body, media_type="application/json")
+
+    async def owners(request: Request) -> JSONResponse:
+        store, key = request.path_params["store"], request.path_params["key"]
+        stores = readers()
+        try:
+            info = stores.info(store)
+        except StoreNotFound as exc:
+            return error_response(404, str(exc))
+        partition = stores.partition(store, key.encode())
+        owner = cluster_partition(cluster(), info.topic, partition)
+        return JSONResponse({"store": store, "key": key, "partition": partition, **owner})
+
+    async def cluster_map(request: Request) -> JSONResponse:
+        return JSONResponse(cluster())
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "alive"})
@@ -54,6 +112,14 @@ def query_routes(
     return [
         Route("/stores", list_stores),
         Route("/stores/{store}/keys/{key:path}", get_key),
+        Route("/stores/{store}/owners/{key:path}", owners),
+        Route("/cluster", cluster_map),
         Route("/health", health),
         Route("/ready", ready),
     ]
+
+
+def cluster_partition(cluster: dict[str, Any], topic: str, partition: int) -> dict[str, Any]:
+    """``{"active": url | None, "standbys": [{"url", "lag"}]}`` of one partition of ``topic``."""
+    entry = cluster.get("partitions", {}).get(topic, {}).get(str(partition), {})
+    return {"active": entry.get("active"), "standbys": entry.get("standbys", [])}

@@ -1,8 +1,11 @@
-"""Read access to every partition of every store, routed by key like the producer routes."""
+"""Read access to the partitions of every store, routed by key like the producer routes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from foldstream.errors import StoreNotFound
@@ -10,38 +13,93 @@ from foldstream.kafka import Partitioner, partition_for
 from foldstream.state import RocksDBReader, partition_path
 
 
+@dataclass(frozen=True)
+class StoreInfo:
+    """A store's source ``topic``, its partition count and the producer's partitioner."""
+
+    topic: str
+    partitions: int
+    partitioner: Partitioner
+
+
+StandbyRead = Callable[[str, int, bytes], "bytes | None"]
+
+
 class StoreReaders:
-    """Open readers of ``stores`` (``{store: (partitions, partitioner)}``) under ``state_dir``."""
+    """Readers of ``stores`` under ``state_dir``: snapshots of the partitions this instance
+    writes (opened on first use, closed by :meth:`release`), and ``standby_read`` for copies
+    kept from changelogs."""
 
-    def __init__(self, state_dir: Path, stores: Mapping[str, tuple[int, Partitioner]]) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        stores: Mapping[str, StoreInfo],
+        *,
+        standby_read: StandbyRead | None = None,
+    ) -> None:
+        self.state_dir = Path(state_dir)
         self.layout = dict(stores)
-        self._readers = {
-            store: [RocksDBReader(partition_path(state_dir, store, p)) for p in range(count)]
-            for store, (count, _) in self.layout.items()
-        }
+        self._standby_read = standby_read
+        self._readers: dict[tuple[str, int], RocksDBReader] = {}
+        self._retired: list[tuple[float, RocksDBReader]] = []
+        self._lock = threading.Lock()
 
-    def partition(self, store: str, key: bytes) -> int:
+    def info(self, store: str) -> StoreInfo:
         try:
-            count, partitioner = self.layout[store]
+            return self.layout[store]
         except KeyError:
             raise StoreNotFound(
                 f"no store named {store!r}; stores: {sorted(self.layout)}"
             ) from None
-        return partition_for(key, count, partitioner)
 
-    def get(self, store: str, key: bytes) -> bytes | None:
-        partition = self.partition(store, key)
-        return self._readers[store][partition].get(key)
+    def partition(self, store: str, key: bytes) -> int:
+        info = self.info(store)
+        return partition_for(key, info.partitions, info.partitioner)
 
-    def next_offsets(self, store: str) -> dict[int, int]:
-        """``{partition: first source offset not yet in the store}``, freshly read."""
-        readers = self._readers[store]
-        for reader in readers:
-            reader.refresh()
-        return {p: reader.next_offset() for p, reader in enumerate(readers)}
+    def _reader(self, store: str, partition: int) -> RocksDBReader:
+        reader = self._readers.get((store, partition))
+        if reader is None:
+            with self._lock:
+                reader = self._readers.get((store, partition))
+                if reader is None:
+                    reader = RocksDBReader(partition_path(self.state_dir, store, partition))
+                    self._readers[(store, partition)] = reader
+        return reader
+
+    def get(self, store: str, partition: int, key: bytes, *, standby: bool = False) -> bytes | None:
+        """``key`` from this instance's active (or, with ``standby``, standby) copy."""
+        if standby:
+            if self._standby_read is None:
+                raise KeyError(f"no standby copies of {store}")
+            return self._standby_read(store, partition, key)
+        return self._reader(store, partition).get(key)
+
+    def next_offset(self, store: str, partition: int) -> int:
+        """The first source offset not yet in the active copy, freshly read."""
+        reader = self._reader(store, partition)
+        reader.refresh()
+        return reader.next_offset()
+
+    def release(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Stop using the snapshots of ``(store, partition)`` pairs this instance no longer
+        writes. They are closed a few seconds later: a lookup may still be reading one."""
+        now = time.monotonic()
+        with self._lock:
+            for key in partitions:
+                reader = self._readers.pop(key, None)
+                if reader is not None:
+                    self._retired.append((now, reader))
+            keep = []
+            for retired_at, reader in self._retired:
+                if now - retired_at > 5.0:
+                    reader.close()
+                else:
+                    keep.append((retired_at, reader))
+            self._retired = keep
 
     def close(self) -> None:
-        for readers in self._readers.values():
-            for reader in readers:
+        with self._lock:
+            for reader in [*self._readers.values(), *(r for _, r in self._retired)]:
                 reader.close()
-        self._readers.clear()
+            self._readers.clear()
+            self._retired.clear()

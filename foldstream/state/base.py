@@ -22,6 +22,10 @@ class PartitionReader(ABC):
     def applied_offset(self) -> int | None:
         """The last source offset reflected in the state, or None before the first commit."""
 
+    @abstractmethod
+    def changelog_offset(self) -> int | None:
+        """The last changelog offset reflected in the state (written or restored), or None."""
+
     def next_offset(self) -> int:
         """The first source offset not yet reflected in the state (0 before any commit)."""
         applied = self.applied_offset()
@@ -54,8 +58,8 @@ class PartitionWriter(PartitionReader):
         """Buffer a deletion; visible to this writer's :meth:`get` at once."""
 
     @abstractmethod
-    def commit(self, offset: int) -> None:
-        """Write the buffered changes and ``offset`` atomically, durably."""
+    def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
+        """Write the buffered changes, ``offset`` and ``changelog_offset`` atomically, durably."""
 
     def refresh(self) -> None:
         return None

@@ -9,12 +9,14 @@ import time
 from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from foldstream.errors import StateCorrupted
 from foldstream.state.base import PartitionReader, PartitionWriter
 
 META_CF = "__foldstream__"
 _OFFSET = b"source-offset"
+_CHANGELOG_OFFSET = b"changelog-offset"
 _IDENTITY = b"identity"
 _DELETED = object()
 log = logging.getLogger(__name__)
@@ -49,6 +51,10 @@ class _RocksDBPartition(PartitionReader):
 
     def applied_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET)
+        return None if raw is None else int(raw)
+
+    def changelog_offset(self) -> int | None:
+        raw = self._meta.get(_CHANGELOG_OFFSET)
         return None if raw is None else int(raw)
 
     def close(self) -> None:
@@ -91,7 +97,7 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
     def delete(self, key: bytes) -> None:
         self._pending[key] = _DELETED
 
-    def commit(self, offset: int) -> None:
+    def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, value in self._pending.items():
             if value is _DELETED:
@@ -99,6 +105,8 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
             else:
                 batch.put(key, value)
         batch.put(_OFFSET, str(offset).encode(), self._meta_handle)
+        if changelog_offset is not None:
+            batch.put(_CHANGELOG_OFFSET, str(changelog_offset).encode(), self._meta_handle)
         self._db.write(batch)
         self._pending.clear()
 
@@ -127,7 +135,15 @@ class RocksDBReader(_RocksDBPartition):
             # A read-only open needs an existing database: create the empty partition first.
             self._path.parent.mkdir(parents=True, exist_ok=True)
             _open(self._path).close()
-        self._signature = self._version_signature()
+        for attempt in Retrying(
+            stop=stop_after_delay(5),
+            wait=wait_fixed(0.01),
+            retry=retry_if_exception_type(FileNotFoundError),
+            reraise=True,
+        ):
+            with attempt:
+                # A writer may be switching manifests right now: read the signature again.
+                self._signature = self._version_signature()
         super().__init__(_open(self._path, AccessType.read_only()))
         self._max_staleness = max_staleness
         self._checked_at = time.monotonic()

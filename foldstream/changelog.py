@@ -1,0 +1,251 @@
+"""Store partitions copied from their changelog topics: restores and warm standby replicas.
+
+Every changelog record carries the source offset its value reflects (header
+:data:`SOURCE_OFFSET_HEADER`). Applying changelog records therefore moves a local copy's values,
+its source offset and its changelog offset together, in one write batch: a copy that becomes
+active resumes the projection from exactly the source offset its values reflect.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from foldstream.errors import BrokerUnavailable
+from foldstream.kafka import consume_available, consumer_config, read_partitions_to_end
+from foldstream.state import RocksDBWriter, partition_path
+
+SOURCE_OFFSET_HEADER = "foldstream-source-offset"
+BATCH_END_HEADER = "foldstream-batch-end"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Where a store's state comes from: its source topic and its changelog topic."""
+
+    source_topic: str
+    changelog_topic: str
+
+    def identity(self, partition: int) -> str:
+        return f"{self.source_topic}/{partition}"
+
+
+class ChangelogFollower:
+    """Applies one partition's changelog records to a local copy, one whole batch at a time.
+
+    A projection writes a batch's records then closes it with :data:`BATCH_END_HEADER`. Records
+    of a batch that never closed (its writer died mid-batch) are dropped when the next batch
+    starts, so a copy never holds values ahead of the source offset it records. Records at or
+    below the copy's changelog offset are skipped, so re-reading is harmless.
+    """
+
+    def __init__(self, writer: RocksDBWriter) -> None:
+        self.writer = writer
+        self._pending: list[Any] = []
+        self._batch: bytes | None = None
+
+    def feed(self, messages: Iterable[Any]) -> int:
+        """Apply every closed batch in ``messages``; returns records applied."""
+        applied = 0
+        done = self.writer.changelog_offset()
+        for message in messages:
+            if done is not None and message.offset() <= done:
+                continue
+            headers = dict(message.headers() or ())
+            batch = headers.get(SOURCE_OFFSET_HEADER)
+            if batch != self._batch:
+                self._pending.clear()
+                self._batch = batch
+            self._pending.append(message)
+            if BATCH_END_HEADER in headers and batch is not None:
+                for record in self._pending:
+                    if record.value() is None:
+                        self.writer.delete(record.key())
+                    else:
+                        self.writer.put(record.key(), record.value())
+                self.writer.commit(int(batch), changelog_offset=message.offset())
+                applied += len(self._pending)
+                self._pending.clear()
+        return applied
+
+
+def open_copy(state_dir: Path, store: str, layout: StoreLayout, partition: int) -> RocksDBWriter:
+    """Open the local copy of ``store``'s ``partition`` for writing (creating it)."""
+    return RocksDBWriter(
+        partition_path(state_dir, store, partition), identity=layout.identity(partition)
+    )
+
+
+def restore(
+    *,
+    bootstrap: str,
+    state_dir: Path,
+    store: str,
+    layout: StoreLayout,
+    partition: int,
+    fetch_wait_max_ms: int = 10,
+) -> int:
+    """Bring the local copy of a partition up to the end of its changelog; returns records read.
+
+    Reads only what the copy lacks (from its changelog offset on). A copy whose directory was
+    lost is rebuilt from offset 0 (a compacted changelog holds the latest value of every key).
+    """
+    writer = open_copy(state_dir, store, layout, partition)
+    try:
+        start = writer.changelog_offset()
+        follower = ChangelogFollower(writer)
+        applied = 0
+        for batch in read_partitions_to_end(
+            bootstrap,
+            layout.changelog_topic,
+            {partition: 0 if start is None else start + 1},
+            fetch_wait_max_ms=fetch_wait_max_ms,
+        ):
+            applied += follower.feed(batch)
+        return applied
+    finally:
+        writer.close()
+
+
+@dataclass
+class _Replica:
+    follower: ChangelogFollower
+    position: int  # next changelog offset to read
+    end: int | None = None  # changelog end as of the last fetch
+
+    @property
+    def writer(self) -> RocksDBWriter:
+        return self.follower.writer
+
+
+class StandbyReplicas:
+    """Warm copies of store partitions this instance may take over, kept in one thread.
+
+    ``layouts`` maps each store to its topics. :meth:`assign` sets which ``(store, partition)``
+    copies to keep; :meth:`release` hands copies back (closed, flushed) before a takeover.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        state_dir: Path,
+        layouts: Mapping[str, StoreLayout],
+        fetch_wait_max_ms: int = 10,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.layouts = dict(layouts)
+        self._by_topic = {layout.changelog_topic: store for store, layout in self.layouts.items()}
+        self._replicas: dict[tuple[str, int], _Replica] = {}
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._on_error = on_error
+        self._consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+        self._thread = threading.Thread(target=self._run, name="standby-replicas", daemon=True)
+        self._thread.start()
+
+    def assign(self, wanted: Iterable[tuple[str, int]]) -> None:
+        """Keep exactly the copies in ``wanted`` (``(store, partition)`` pairs)."""
+        wanted = set(wanted)
+        with self._lock:
+            for key in set(self._replicas) - wanted:
+                self._close(key)
+            for key in wanted - set(self._replicas):
+                store, partition = key
+                writer = open_copy(self.state_dir, store, self.layouts[store], partition)
+                done = writer.changelog_offset()
+                self._replicas[key] = _Replica(
+                    ChangelogFollower(writer), 0 if done is None else done + 1
+                )
+            self._consumer.assign(
+                [
+                    TopicPartition(self.layouts[s].changelog_topic, p, r.position)
+                    for (s, p), r in sorted(self._replicas.items())
+                ]
+            )
+
+    def release(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Stop keeping ``keys`` and close their copies, so another writer may open them."""
+        with self._lock:
+            released = [k for k in keys if k in self._replicas]
+            if released:
+                self.assign(set(self._replicas) - set(released))
+
+    def held(self) -> frozenset[tuple[str, int]]:
+        with self._lock:
+            return frozenset(self._replicas)
+
+    def get(self, store: str, partition: int, key: bytes) -> bytes | None:
+        """Read ``key`` from the copy of ``(store, partition)``; KeyError if not held."""
+        with self._lock:
+            return self._replicas[(store, partition)].writer.get(key)
+
+    def lag(self, store: str, partition: int) -> int | None:
+        """Changelog records not yet applied (None until the end is known or if not held)."""
+        with self._lock:
+            replica = self._replicas.get((store, partition))
+            if replica is None or replica.end is None:
+                return None
+            return max(0, replica.end - replica.position)
+
+    def _close(self, key: tuple[str, int]) -> None:
+        self._replicas.pop(key).writer.close()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                with self._lock:
+                    if not self._replicas:
+                        messages = []
+                    else:
+                        messages = consume_available(self._consumer, 5_000, 0)
+                        self._apply(messages)
+                if not messages:
+                    self._stopping.wait(0.01)
+            except Exception as exc:  # noqa: BLE001 - reported; the thread keeps the copies
+                log.exception("standby replication failed")
+                if self._on_error is not None:
+                    self._on_error(exc)
+                self._stopping.wait(1.0)
+
+    def _apply(self, messages: list[Any]) -> None:
+        by_key: dict[tuple[str, int], list[Any]] = {}
+        for message in messages:
+            store = self._by_topic.get(message.topic())
+            key = (store, message.partition()) if store is not None else None
+            replica = self._replicas.get(key) if key is not None else None
+            if replica is None or key is None:
+                continue  # a record fetched just before its partition was released
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise BrokerUnavailable(f"standby {message.topic()}: {error}")
+                replica.end = message.offset()
+                continue
+            by_key.setdefault(key, []).append(message)
+        for key, batch in by_key.items():
+            replica = self._replicas[key]
+            replica.follower.feed(batch)
+            replica.position = batch[-1].offset() + 1
+            high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.layouts[key[0]].changelog_topic, key[1]), cached=True
+            )
+            # The high watermark that comes with fetched data is exact (unlike ListOffsets).
+            if high and high[1] >= 0:
+                replica.end = max(high[1], replica.position)
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=5)
+        with self._lock:
+            for key in list(self._replicas):
+                self._close(key)
+        self._consumer.close()
