@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pytest_bdd import given, parsers, scenarios, then, when
 
-from foldstream.process import InstanceProcess, http
+from foldstream.process import InstanceProcess, http, lookup
 
 scenarios("commands_and_queries.feature")
 
@@ -46,7 +46,7 @@ def rejected(last_response: dict[str, Any], status: int, reason: str) -> None:
 def store_returns(inventory: InstanceProcess, store: str, value: str, key: str) -> None:
     expected = json.loads(value)
     deadline = time.monotonic() + 30
-    while (got := http("GET", f"{inventory.url}/stores/{store}/keys/{key}")) != (
+    while (got := lookup(inventory.url, store, key)) != (
         200,
         {"key": key, "value": expected},
     ):

@@ -65,6 +65,15 @@ def http(
     raise FoldstreamError(f"more than 5 redirects from {url}")
 
 
+def lookup(base_url: str, store: str, key: str) -> tuple[int, Any]:
+    """``GET /stores/{store}/keys/{key}`` following redirects, without the ``served_by`` part
+    (which instance answered), for comparing answers with expected values."""
+    status, body = http("GET", f"{base_url}/stores/{store}/keys/{key}")
+    if isinstance(body, dict):
+        body = {k: v for k, v in body.items() if k != "served_by"}
+    return status, body
+
+
 class InstanceProcess:
     """``foldstream serve`` in a child process on a free loopback port."""
 

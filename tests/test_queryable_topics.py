@@ -13,7 +13,7 @@ from kafka import KafkaProducer
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka import TopicSpec, ensure_topics, partition_for
-from foldstream.process import InstanceProcess, http
+from foldstream.process import InstanceProcess, lookup
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,9 @@ def prices(
 
 
 def wait_for(instance: InstanceProcess, path: str, expected: tuple[int, object]) -> None:
+    store, _, key = path.removeprefix("/stores/").partition("/keys/")
     deadline = time.monotonic() + 30
-    while (got := http("GET", f"{instance.url}{path}")) != expected:
+    while (got := lookup(instance.url, store, key)) != expected:
         assert time.monotonic() < deadline, f"{path}: {got}, wanted {expected}"
         time.sleep(0.05)
 
