@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
-from foldstream.errors import ConfigurationError
+from foldstream.errors import ConfigurationError, FoldstreamError, PartitionFenced
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.offsets import EndOffsets
 from foldstream.projections.runner import ProjectionRunner
@@ -40,6 +40,7 @@ class Instance:
         self.readers: StoreReaders | None = None
         self.runner: ProjectionRunner | None = None
         self._ends: dict[str, EndOffsets] = {}
+        self._retaking: set[asyncio.Task[None]] = set()
         self.app = Starlette(
             routes=[
                 *command_routes(lambda: self._require(self.handler)),
@@ -81,6 +82,30 @@ class Instance:
         )
         return layout
 
+    # --- single-instance ownership of the command side; foldstream/cluster replaces it ---
+
+    def _take_back(self, partition: int, error: FoldstreamError) -> None:
+        """Assign a partition the handler gave up after a failed transaction again, in the
+        background. Not a fenced one: another instance writes it, which a single instance
+        should not fight over (two instances with one service name is a deployment mistake)."""
+        if isinstance(error, PartitionFenced):
+            log.error("partition %d: %s; not taking it back", partition, error)
+            return
+        task = asyncio.get_running_loop().create_task(self._assign_until_done(partition))
+        self._retaking.add(task)
+        task.add_done_callback(self._retaking.discard)
+
+    async def _assign_until_done(self, partition: int) -> None:
+        while self.handler is not None:
+            try:
+                await asyncio.to_thread(self.handler.assign, [partition])
+                return
+            except FoldstreamError as exc:
+                log.warning("taking partition %d back failed (%s); retrying in 1 s", partition, exc)
+                await asyncio.sleep(1.0)
+
+    # --- end of single-instance ownership ---
+
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready when every store has applied its source topic up to the end."""
         if self.readers is None or self.runner is None:
@@ -109,8 +134,12 @@ class Instance:
             partitions=settings.partitions,
             linger_ms=settings.linger_ms,
             fetch_wait_max_ms=settings.fetch_wait_max_ms,
+            transactional_id_prefix=settings.events_topic,
+            on_released=self._take_back,
         )
-        replayed = await asyncio.to_thread(self.handler.start)
+        self.handler.start()
+        # A single instance owns every partition (until foldstream/cluster assigns them).
+        replayed = await asyncio.to_thread(self.handler.assign, range(settings.partitions))
         log.info("command handler rebuilt aggregates from %d events", replayed)
         spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
         self.runner = ProjectionRunner(
@@ -140,5 +169,7 @@ class Instance:
             self.runner.stop()
             for ends in self._ends.values():
                 ends.close()
+            for task in self._retaking:
+                task.cancel()
             self.handler.close()
             spark.stop()

@@ -47,21 +47,23 @@ def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[
 def read_to_end(
     bootstrap: str,
     topic: str,
-    partitions: int,
+    partitions: int | Iterable[int],
     *,
     fetch_wait_max_ms: int = 10,
     timeout: float = 30.0,
 ) -> Iterator[list[Any]]:
     """Every record of ``topic`` from offset 0 to the end of each partition, in poll batches.
 
+    ``partitions`` is the topic's partition count (read them all) or the partitions to read.
     The end is where each partition reports end-of-partition after its last record, which is
     right even on brokers that under-report log end offsets.
     """
+    wanted = range(partitions) if isinstance(partitions, int) else sorted(set(partitions))
     consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
     at_end: set[int] = set()
     try:
-        while len(at_end) < partitions:
+        while len(at_end) < len(wanted):
             messages = consume_available(consumer, 10_000, timeout)
             if not messages:
                 raise BrokerUnavailable(f"no answer for {timeout}s while reading {topic}")
