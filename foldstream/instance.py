@@ -20,7 +20,7 @@ from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.errors import ConfigurationError, FoldstreamError, PartitionFenced
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
-from foldstream.offsets import EndOffsets
+from foldstream.offsets import EndOffsets, holds_records
 from foldstream.projections.runner import ProjectionRunner
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.service import Service
@@ -41,6 +41,7 @@ class Instance:
         self.runner: ProjectionRunner | None = None
         self._ends: dict[str, EndOffsets] = {}
         self._retaking: set[asyncio.Task[None]] = set()
+        self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
         self.app = Starlette(
             routes=[
                 *command_routes(lambda: self._require(self.handler)),
@@ -118,8 +119,21 @@ class Instance:
             topic = projection.source_topic(self.settings.events_topic)
             ends = self._ends[topic].ends(timeout=1.0)
             applied = self.readers.next_offsets(projection.store)
-            lag[projection.store] = sum(max(0, end - applied[p]) for p, end in ends.items())
+            lag[projection.store] = sum(
+                self._lag(topic, p, applied[p], end) for p, end in ends.items()
+            )
         return all(v == 0 for v in lag.values()), {"lag": lag}
+
+    def _lag(self, topic: str, partition: int, applied: int, end: int) -> int:
+        """``end - applied``, or 0 when only offsets without records (transaction markers) lie
+        between them; a span found empty is remembered until the offsets move."""
+        if end <= applied or self._empty_spans.get((topic, partition)) == (applied, end):
+            return 0
+        bootstrap = self.settings.bootstrap_servers
+        if holds_records(bootstrap, topic, partition, applied, end, timeout=1.0):
+            return end - applied
+        self._empty_spans[(topic, partition)] = (applied, end)
+        return 0
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
