@@ -28,7 +28,7 @@ from foldstream.broker import EmbeddedBroker
 from foldstream.commands import CommandHandler, CommandResult, VersionConflict
 from foldstream.commands.http import command_routes
 from foldstream.domain.records import HEADER_VERSION
-from foldstream.errors import NotOwner, PartitionFenced
+from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
 from foldstream.examples.inventory import service
 from foldstream.kafka import TopicSpec, ensure_topics
 from tests.kafka_reading import read_topic
@@ -43,7 +43,9 @@ def new_topic(broker: EmbeddedBroker) -> str:
 
 
 @contextlib.contextmanager
-def handlers(broker: EmbeddedBroker, topic: str, count: int) -> Iterator[list[CommandHandler]]:
+def handlers(
+    broker: EmbeddedBroker, topic: str, count: int, **options: Any
+) -> Iterator[list[CommandHandler]]:
     """``count`` started handlers of the inventory service on ``topic``, closed afterwards."""
     made = [
         CommandHandler(
@@ -51,6 +53,7 @@ def handlers(broker: EmbeddedBroker, topic: str, count: int) -> Iterator[list[Co
             bootstrap=broker.bootstrap,
             topic=topic,
             partitions=PARTITIONS,
+            **options,
         )
         for _ in range(count)
     ]
@@ -118,6 +121,64 @@ def test_a_new_owner_fences_the_old_one_and_continues_its_versions(
             assert result.events == [{"type": "Product.ItemsSold", "version": 4, "quantity": 1}]
             assert result.partition == 1
             assert events_in(broker, topic, 1) == [*before, (key, 4)]
+
+    run(scenario)
+
+
+class TakeOverBeforeCommit:
+    """A producer whose partition another writer takes over between produce and commit."""
+
+    def __init__(self, producer: Any, take_over: Callable[[], object]) -> None:
+        self._producer = producer
+        self._take_over = take_over
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._take_over()
+        try:
+            self._producer.commit_transaction(timeout)
+        finally:
+            # Like the writer, let go of the producer (the error's traceback keeps this frame).
+            self._producer = None
+
+
+def test_a_writer_fenced_mid_transaction_gives_its_partition_up(broker: EmbeddedBroker) -> None:
+    """Kafka answers the commit with 'fenced'; Tansu lets it time out (outcome unknown). Either
+    way the old writer keeps nothing in memory and releases the partition, and the new owner's
+    state is what a replay of the partition gives."""
+    topic = new_topic(broker)
+    released: list[tuple[int, Exception]] = []
+
+    async def scenario() -> None:
+        with (
+            handlers(
+                broker,
+                topic,
+                1,
+                transaction_timeout=1.0,
+                on_released=lambda p, e: released.append((p, e)),
+            ) as (a,),
+            handlers(broker, topic, 2) as (b, check),
+        ):
+            await asyncio.to_thread(a.assign, range(PARTITIONS))
+            key = key_in(a, 3, "mid")
+            await a.handle("product", key, "receive_shipment", {"quantity": 5})
+            writer = a._writers[3]
+            writer._producer = TakeOverBeforeCommit(writer._producer, lambda: b.assign([3]))
+
+            with pytest.raises((PartitionFenced, BrokerUnavailable)) as failed:
+                await a.handle("product", key, "sell", {"quantity": 1})
+
+            assert released == [(3, failed.value)]
+            assert a.owned() == {0, 1, 2}
+            assert writer.aggregates[key].version == 2
+            result = await b.handle(
+                "product", key, "sell", {"quantity": 1}, expected_version=b.version(key)
+            )
+            await asyncio.to_thread(check.assign, [3])
+            assert check.version(key) == b.version(key) == result.events[-1]["version"]
 
     run(scenario)
 
