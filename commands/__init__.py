@@ -7,6 +7,13 @@ from foldstream.commands.handler import (
     CommandResult,
     InvalidArguments,
     UnknownCommand,
+    VersionConflict,
 )
 
-__all__ = ["CommandHandler", "CommandResult", "InvalidArguments", "UnknownCommand"]
+__all__ = [
+    "CommandHandler",
+    "CommandResult",
+    "InvalidArguments",
+    "UnknownCommand",
+    "VersionConflict",
+]

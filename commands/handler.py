@@ -1,9 +1,11 @@
 """Runs commands against aggregates and appends the resulting events to the events topic.
 
-The handler keeps every aggregate of the partitions it writes in memory, rebuilt at start by
-replaying the events topic to its end, and updated with each command's own events once Kafka
-has acknowledged them. Commands of one partition run one at a time, so a command always sees
-the effects of the previous one.
+The handler accepts commands only for the partitions it owns (:meth:`CommandHandler.assign`).
+For each it is the single writer: a transactional producer per partition fences any previous
+writer, then the partition is replayed to its end to rebuild its aggregates, which stay in
+memory and are updated with each command's own events once their transaction has committed.
+Commands of one partition run one at a time, so a command always sees the effects of the
+previous one, and an expected version is checked against the partition's latest state.
 """
 
 from __future__ import annotations
@@ -11,17 +13,29 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import logging
 import threading
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
+from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
-from foldstream.errors import BrokerUnavailable, FoldstreamError
-from foldstream.kafka import partition_for, producer_config, read_to_end
+from foldstream.errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    FoldstreamError,
+    NotOwner,
+    PartitionFenced,
+)
+from foldstream.kafka import partition_for, read_to_end
+
+log = logging.getLogger(__name__)
+
+# Records carrying this header are not domain events; replay skips them.
+CONTROL_HEADER = "foldstream-control"
 
 
 class UnknownCommand(FoldstreamError):
@@ -36,6 +50,21 @@ class InvalidArguments(FoldstreamError):
 
     Remedy: send a JSON object whose keys and value types match the command's parameters.
     """
+
+
+class VersionConflict(FoldstreamError):
+    """The aggregate is not at the version the command expected (HTTP 409); nothing was appended.
+
+    Versions are eventsourcing's: an aggregate's version is its last event's
+    ``originator_version``; the first event is version 1, so an id without events is at 0.
+    Remedy (client): read the aggregate again, decide again, resend with ``current_version``.
+    """
+
+    def __init__(self, aggregate_id: str, expected: int, current: int) -> None:
+        super().__init__(f"{aggregate_id!r} is at version {current}, not {expected}")
+        self.aggregate_id = aggregate_id
+        self.expected = expected
+        self.current = current
 
 
 @dataclass(frozen=True)
@@ -83,9 +112,27 @@ def bind_arguments(
 
 _ENVELOPE = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})
 
+ReleaseCallback = Callable[[int, FoldstreamError], None]
+
+
+def version_of(aggregate: Aggregate | None) -> int:
+    """eventsourcing's version of ``aggregate``: 0 when it has no events yet."""
+    return 0 if aggregate is None else int(aggregate.version)
+
 
 class CommandHandler:
-    """Handles commands for ``aggregates`` (``{"product": Product}``) on ``topic``."""
+    """Handles commands for ``aggregates`` (``{"product": Product}``) on ``topic``.
+
+    Lifecycle: :meth:`start`, then :meth:`assign` / :meth:`revoke` as partitions come and go
+    (from worker threads: they block), :meth:`handle` on the event loop, :meth:`close`.
+
+    ``transactional_id_prefix`` (default: ``topic``) names each partition's producer
+    ``<prefix>.<partition>``; every instance of a service must use the same prefix, which is
+    what makes a new owner fence the old one. ``on_released(partition, error)`` is called on the
+    event loop when the handler gives a partition up by itself: fenced by another writer
+    (:class:`PartitionFenced`) or after a transaction whose outcome is unknown
+    (:class:`BrokerUnavailable`). It must not block.
+    """
 
     def __init__(
         self,
@@ -94,58 +141,162 @@ class CommandHandler:
         bootstrap: str,
         topic: str,
         partitions: int,
+        transactional_id_prefix: str | None = None,
         linger_ms: int = 5,
         fetch_wait_max_ms: int = 10,
-        transactional_id_prefix: str = "",
+        transaction_timeout: float = 10.0,
+        on_released: ReleaseCallback | None = None,
     ) -> None:
         self.aggregates = dict(aggregates)
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
+        self.transactional_id_prefix = transactional_id_prefix or topic
+        self.linger_ms = linger_ms
         self.fetch_wait_max_ms = fetch_wait_max_ms
+        self.transaction_timeout = transaction_timeout
+        self.on_released = on_released
         self._codec = EventCodec()
         self._commands = {name: commands_of(cls) for name, cls in self.aggregates.items()}
         self._hints = {
             name: {c: typing.get_type_hints(getattr(cls, c)) for c in self._commands[name]}
             for name, cls in self.aggregates.items()
         }
-        self._state: dict[str, Aggregate] = {}
+        # Commands of a partition run one at a time on the event loop.
         self._locks = [asyncio.Lock() for _ in range(partitions)]
-        self._producer = Producer(producer_config(bootstrap, linger_ms=linger_ms))
-        self._stopping = threading.Event()
-        self._poller = threading.Thread(target=self._poll_deliveries, daemon=True)
+        # Lock order: _membership, then _guard (held briefly, never around a blocking call),
+        # then a writer's own lock (held for one transaction). The event loop takes only _guard.
+        self._membership = threading.Lock()  # one assign/revoke/close at a time
+        self._guard = threading.Lock()  # _writers and _replaying
+        self._writers: dict[int, PartitionWriter] = {}
+        self._replaying: set[int] = set()
+        self._executor: ThreadPoolExecutor | None = None
 
-    def _poll_deliveries(self) -> None:
-        while not self._stopping.is_set():
-            self._producer.poll(0.05)
+    def start(self) -> None:
+        """Start the threads that run transactions; the handler owns no partition yet."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=min(32, self.partitions), thread_name_prefix="foldstream-commit"
+            )
 
     def partition_of(self, aggregate_id: str) -> int:
+        """The partition of the events topic that holds ``aggregate_id``'s events."""
         return partition_for(aggregate_id.encode(), self.partitions)
 
-    def assign(self, partitions: object) -> int:  # TEMPORARY until the commands branch lands
-        return 0
+    def owned(self) -> frozenset[int]:
+        """The partitions accepting commands (assigned and replayed)."""
+        with self._guard:
+            return frozenset(self._writers)
 
-    def revoke(self, partitions: object) -> None:  # TEMPORARY
-        return None
+    def version(self, aggregate_id: str) -> int:
+        """The current version of ``aggregate_id`` (0 without events); NotOwner if not owned."""
+        return version_of(
+            self._writer(self.partition_of(aggregate_id)).aggregates.get(aggregate_id)
+        )
 
-    def start(self) -> int:
-        """Rebuild every aggregate from the events topic; returns the events replayed."""
-        replayed = 0
-        for batch in read_to_end(
-            self.bootstrap, self.topic, self.partitions, fetch_wait_max_ms=self.fetch_wait_max_ms
-        ):
-            for message in batch:
-                self._apply(
-                    EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
-                )
-            replayed += len(batch)
-        self._poller.start()
+    def assign(self, partitions: Iterable[int]) -> int:
+        """Become the writer of ``partitions``; return the number of events replayed.
+
+        Blocking: call it from a worker thread. For each partition not owned yet, a transactional
+        producer with id ``<prefix>.<partition>`` fences every previous writer, then the
+        partition is replayed from offset 0 to its end and starts accepting commands. Nothing is
+        taken over when any step fails (the error is raised).
+        """
+        wanted = sorted(set(partitions))
+        outside = [p for p in wanted if not 0 <= p < self.partitions]
+        if outside:
+            raise ConfigurationError(
+                f"partitions {outside} do not exist: {self.topic} has {self.partitions}"
+            )
+        with self._membership:
+            with self._guard:
+                new = [p for p in wanted if p not in self._writers]
+                self._replaying.update(new)
+            writers: dict[int, PartitionWriter] = {}
+            try:
+                writers.update((p, self._new_writer(p)) for p in new)
+                if writers:
+                    with ThreadPoolExecutor(max_workers=min(8, len(writers))) as pool:
+                        list(pool.map(PartitionWriter.open, writers.values()))
+                replayed = self._replay(writers)
+            except BaseException:
+                for writer in writers.values():
+                    writer.close()
+                with self._guard:
+                    self._replaying.difference_update(new)
+                raise
+            with self._guard:
+                self._writers.update(writers)
+                self._replaying.difference_update(new)
+        log.info("took partitions %s of %s over: %d events replayed", new, self.topic, replayed)
         return replayed
 
-    def _apply(self, record: EventRecord) -> None:
+    def revoke(self, partitions: Iterable[int]) -> None:
+        """Stop accepting commands for ``partitions`` and drop their aggregates.
+
+        Blocking: call it from a worker thread. Waits for a transaction in flight on those
+        partitions to finish; once it returns, this handler appends nothing more to them.
+        """
+        with self._membership:
+            with self._guard:
+                writers = [self._writers.pop(p) for p in set(partitions) if p in self._writers]
+            for writer in writers:
+                writer.close()
+
+    def close(self) -> None:
+        """Give every partition up and stop the transaction threads."""
+        self.revoke(range(self.partitions))
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def _new_writer(self, partition: int) -> PartitionWriter:
+        return PartitionWriter(
+            bootstrap=self.bootstrap,
+            topic=self.topic,
+            partition=partition,
+            transactional_id=f"{self.transactional_id_prefix}.{partition}",
+            linger_ms=self.linger_ms,
+            timeout=self.transaction_timeout,
+        )
+
+    def _replay(self, writers: Mapping[int, PartitionWriter]) -> int:
+        if not writers:
+            return 0
+        replayed = 0
+        for batch in read_to_end(
+            self.bootstrap, self.topic, writers, fetch_wait_max_ms=self.fetch_wait_max_ms
+        ):
+            for message in batch:
+                record = EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
+                if record.header(CONTROL_HEADER) is None:
+                    self._apply(writers[message.partition()].aggregates, record)
+                    replayed += 1
+        return replayed
+
+    def _apply(self, aggregates: dict[str, Aggregate], record: EventRecord) -> None:
         domain_event = self._codec.decode(record)
         key = record.key.decode()
-        self._state[key] = domain_event.mutate(self._state.get(key))
+        aggregates[key] = domain_event.mutate(aggregates.get(key))
+
+    def _writer(self, partition: int) -> PartitionWriter:
+        with self._guard:
+            writer = self._writers.get(partition)
+            if writer is None:
+                if partition in self._replaying:
+                    raise NotOwner(partition, "is being replayed by this instance")
+                raise NotOwner(partition)
+        return writer
+
+    def _release(self, writer: PartitionWriter, error: FoldstreamError) -> None:
+        with self._guard:
+            mine = self._writers.get(writer.partition) is writer
+            if mine:
+                del self._writers[writer.partition]
+        if mine:
+            log.warning("gave partition %d up: %s", writer.partition, error)
+            if self.on_released is not None:
+                self.on_released(writer.partition, error)
 
     def signature(self, aggregate: str, command: str) -> inspect.Signature:
         try:
@@ -158,24 +309,38 @@ class CommandHandler:
             ) from None
 
     async def handle(
-        self, aggregate: str, aggregate_id: str, command: str, arguments: Any
+        self,
+        aggregate: str,
+        aggregate_id: str,
+        command: str,
+        arguments: Any,
+        expected_version: int | None = None,
     ) -> CommandResult:
         """Run ``command`` on the aggregate and append its events; raises on any rejection.
 
-        Nothing is appended when the command raises (:class:`DomainRuleViolation`,
-        :class:`InvalidArguments`, :class:`UnknownCommand`).
+        When ``expected_version`` is given, the command runs only if the aggregate is at that
+        version (0: it has no events yet), else :class:`VersionConflict`. The events are
+        appended in one transaction by the partition's writer. Nothing is appended and nothing
+        changes in memory when the command is rejected (:class:`NotOwner`,
+        :class:`VersionConflict`, :class:`DomainRuleViolation`, :class:`InvalidArguments`,
+        :class:`UnknownCommand`) or its transaction fails (:class:`PartitionFenced`,
+        :class:`BrokerUnavailable`; the handler then gives the partition up).
         """
         signature = self.signature(aggregate, command)
         kwargs = bind_arguments(signature, self._hints[aggregate][command], arguments)
+        if self._executor is None:
+            raise RuntimeError("the command handler is not started")
         cls = self.aggregates[aggregate]
-        key = aggregate_id.encode()
-        partition = partition_for(key, self.partitions)
+        partition = self.partition_of(aggregate_id)
         async with self._locks[partition]:
-            current = self._state.get(aggregate_id)
+            writer = self._writer(partition)
+            current = writer.aggregates.get(aggregate_id)
             if current is not None and not isinstance(current, cls):
                 raise UnknownCommand(
                     f"{aggregate_id!r} is a {type(current).__name__}, not a {cls.__name__}"
                 )
+            if expected_version is not None and expected_version != version_of(current):
+                raise VersionConflict(aggregate_id, expected_version, version_of(current))
             target = current if current is not None else cls(id=aggregate_id)  # type: ignore[call-arg]
             # Commands run on a copy, so a rejected command leaves no trace in memory either.
             working = copy.deepcopy(target) if current is not None else target
@@ -184,9 +349,14 @@ class CommandHandler:
             if not events:
                 raise DomainRuleViolation(f"{command} changed nothing")
             records = [self._codec.encode(e) for e in events]
-            landed = await self._append(records, partition)
+            loop = asyncio.get_running_loop()
+            try:
+                offset = await loop.run_in_executor(self._executor, writer.append, records)
+            except (PartitionFenced, BrokerUnavailable) as exc:
+                self._release(writer, exc)
+                raise
             for record in records:
-                self._apply(record)
+                self._apply(writer.aggregates, record)
         return CommandResult(
             events=[
                 {
@@ -196,43 +366,6 @@ class CommandHandler:
                 }
                 for e in events
             ],
-            partition=landed[0],
-            offset=landed[1],
+            partition=partition,
+            offset=offset,
         )
-
-    async def _append(self, records: list[EventRecord], partition: int) -> tuple[int, int]:
-        loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in records]
-
-        def delivered(future: asyncio.Future[Any]) -> Any:
-            def callback(error: Any, message: Any) -> None:
-                result = (error, message.partition(), message.offset())
-                loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
-
-            return callback
-
-        for record, future in zip(records, futures, strict=True):
-            self._producer.produce(
-                self.topic,
-                key=record.key,
-                value=record.value,
-                headers=list(record.headers),
-                on_delivery=delivered(future),
-            )
-        outcomes = await asyncio.wait_for(asyncio.gather(*futures), timeout=30)
-        errors = [str(e) for e, _, _ in outcomes if e is not None]
-        if errors:
-            raise BrokerUnavailable(f"events not acknowledged: {errors}")
-        landed = {p for _, p, _ in outcomes}
-        if landed != {partition}:
-            raise BrokerUnavailable(
-                f"events landed in partitions {landed}, expected {partition}: the producer's "
-                "partitioner does not match foldstream's (murmur2)"
-            )
-        return partition, outcomes[-1][2]
-
-    def close(self) -> None:
-        self._stopping.set()
-        if self._poller.is_alive():
-            self._poller.join(timeout=5)
-        self._producer.flush(10)

@@ -43,3 +43,29 @@ class StateCorrupted(FoldstreamError):
     Remedy: stop the instance and delete the store's directory under ``state_dir``; it is rebuilt
     from the source topic (or restored from its changelog) on the next start.
     """
+
+
+class NotOwner(FoldstreamError):
+    """This instance does not accept commands for the aggregate's partition (HTTP 503, later 307).
+
+    Another instance owns the partition, or this one is still replaying it after taking it over.
+    Remedy: retry after the ``Retry-After`` delay. If it lasts, check that the service's instances
+    have settled their partitions (every partition assigned to a running instance).
+    """
+
+    def __init__(self, partition: int, reason: str = "is not owned by this instance") -> None:
+        super().__init__(f"partition {partition} {reason}")
+        self.partition = partition
+
+
+class PartitionFenced(NotOwner):
+    """Another writer took the partition's ``transactional.id``; this instance's command was not
+    appended and the instance gave the partition up (HTTP 503).
+
+    Remedy: none during a rebalance, clients retry. If it happens without one, two instances
+    claim the same partition: check that they share one consumer group, or that a single-instance
+    deployment really runs one instance per service name.
+    """
+
+    def __init__(self, partition: int) -> None:
+        super().__init__(partition, "was fenced: another writer took it over")

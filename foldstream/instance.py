@@ -132,6 +132,7 @@ class Instance:
                     linger_ms=settings.linger_ms,
                     fetch_wait_max_ms=settings.fetch_wait_max_ms,
                     transactional_id_prefix=events,
+                    on_released=lambda p, error: self.node and self.node.released(p, error),
                 )
                 handler.start()
                 stack.callback(handler.close)

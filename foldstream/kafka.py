@@ -47,16 +47,20 @@ def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[
 def read_to_end(
     bootstrap: str,
     topic: str,
-    partitions: int,
+    partitions: int | Iterable[int],
     *,
     fetch_wait_max_ms: int = 10,
     timeout: float = 30.0,
 ) -> Iterator[list[Any]]:
-    """Every record of ``topic`` from offset 0 to the end of each partition, in poll batches."""
+    """Every record of ``topic`` from offset 0 to the end of each partition, in poll batches.
+
+    ``partitions`` is the topic's partition count (read them all) or the partitions to read.
+    """
+    wanted = range(partitions) if isinstance(partitions, int) else sorted(set(partitions))
     return read_partitions_to_end(
         bootstrap,
         topic,
-        dict.fromkeys(range(partitions), 0),
+        dict.fromkeys(wanted, 0),
         fetch_wait_max_ms=fetch_wait_max_ms,
         timeout=timeout,
     )

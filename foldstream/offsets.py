@@ -93,3 +93,37 @@ class EndOffsets:
         self._stopping.set()
         self._thread.join(timeout=5)
         self._consumer.close()
+
+
+def holds_records(
+    bootstrap: str, topic: str, partition: int, start: int, end: int, *, timeout: float = 5.0
+) -> bool:
+    """Whether a consumer finds any record at offsets ``[start, end)`` of ``partition``.
+
+    Some offsets hold no record a consumer is given: transaction markers (every committed
+    transaction ends with one), records of aborted transactions, compacted-away records. So a
+    store that applied everything up to ``start`` is caught up with ``end`` when this is False,
+    although ``end - start > 0``.
+    """
+    if end <= start:
+        return False
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(topic, partition, start)])
+    deadline = time.monotonic() + timeout
+    try:
+        while (remaining := deadline - time.monotonic()) > 0:
+            message = consumer.poll(remaining)
+            if message is None:
+                break
+            error, offset = message.error(), message.offset()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise BrokerUnavailable(f"reading {topic}/{partition}: {error}")
+            if offset is None:
+                continue
+            if error is None:
+                return bool(offset < end)
+            if offset >= end:
+                return False
+    finally:
+        consumer.close()
+    raise BrokerUnavailable(f"could not read {topic}/{partition} from {start} within {timeout}s")

@@ -8,14 +8,13 @@ the owner (with a hop counter, so a disagreement between members cannot loop), a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, Protocol
 from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-
-from foldstream.responses import error_response
 
 HOPS_PARAM = "hops"
 MAX_HOPS = 3
@@ -58,9 +57,12 @@ class Locator(Protocol):
 
 
 def unavailable(location: Unavailable) -> JSONResponse:
-    return error_response(
-        503,
-        f"partition {location.partition}: {location.reason}",
+    return JSONResponse(
+        {
+            "error": f"partition {location.partition}: {location.reason}",
+            "partition": location.partition,
+        },
+        status_code=503,
         headers={"Retry-After": str(location.retry_after_s), "Cache-Control": "no-store"},
     )
 
@@ -92,3 +94,17 @@ def parse_max_lag(request: Request) -> int | None:
     if value < 0:
         raise ValueError("max_lag must be >= 0")
     return value
+
+
+class LocalOnly:
+    """A :class:`Locator` for an app without a cluster: the partitions ``owned()`` returns are
+    answered here, every other one is unavailable (503)."""
+
+    def __init__(self, owned: Callable[[], Collection[int]], instance: str = "local") -> None:
+        self._owned = owned
+        self.instance = instance
+
+    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
+        if partition in self._owned():
+            return Local(partition, "active", None, self.instance)
+        return Unavailable(partition, "this instance does not own it")

@@ -21,7 +21,8 @@ from typing import Any, Protocol
 from foldstream.changelog import StandbyReplicas, StoreLayout, restore
 from foldstream.cluster.map import ClusterMap, MemberState
 from foldstream.cluster.membership import GroupMembership, TopicPartitions
-from foldstream.offsets import EndOffsets
+from foldstream.errors import PartitionFenced
+from foldstream.offsets import EndOffsets, holds_records
 from foldstream.query_api.stores import StoreReaders
 from foldstream.routing import Local, Location, Redirect, Unavailable
 from foldstream.settings import Settings
@@ -76,6 +77,7 @@ class ClusterNode:
         self._serving: set[tuple[str, int]] = set()
         self._restoring: set[tuple[str, int]] = set()
         self._lag: dict[str, int] = {}
+        self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
         self._routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}
         self._epoch = 0
         self._lock = threading.RLock()
@@ -283,12 +285,35 @@ class ClusterNode:
                 ends = {}
             for topic, p in serving:
                 if topic == layout.source_topic and p in ends:
-                    lag[f"{store}/{p}"] = max(0, ends[p] - self.readers.next_offset(store, p))
+                    lag[f"{store}/{p}"] = self._source_lag(
+                        topic, p, self.readers.next_offset(store, p), ends[p]
+                    )
         for store, p in self.replicas.held():
             standby_lag = self.replicas.lag(store, p)
             if standby_lag is not None:
                 lag[f"{store}/{p}"] = standby_lag
         self._lag = lag
+
+    def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
+        """``end - applied``, or 0 when only offsets without records (transaction markers) lie
+        between them; a span found empty is remembered until the offsets move."""
+        if end <= applied or self._empty_spans.get((topic, partition)) == (applied, end):
+            return 0
+        bootstrap = self.settings.bootstrap_servers
+        if holds_records(bootstrap, topic, partition, applied, end, timeout=1.0):
+            return end - applied
+        self._empty_spans[(topic, partition)] = (applied, end)
+        return 0
+
+    def released(self, partition: int, error: Exception) -> None:
+        """The command handler gave ``partition`` up after a failed transaction: fenced means
+        another member writes it now (stop serving it here); otherwise take it over again."""
+        key = (self.settings.events_topic, partition)
+        if isinstance(error, PartitionFenced):
+            log.error("partition %d: %s; dropping it", partition, error)
+            threading.Thread(target=self._revoked, args=(frozenset({key}),), daemon=True).start()
+        elif key in self.membership.owned():
+            self._gains.put(frozenset({key}))
 
     def _build_routes(self) -> None:
         routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}
