@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaProducer
 
 from foldstream.broker import EmbeddedBroker
-from foldstream.kafka import partition_for
+from foldstream.examples.storefront import RATINGS_TOPIC
+from foldstream.kafka import TopicSpec, ensure_topics, partition_for
 from foldstream.process import InstanceProcess, http
 
 PARTITIONS = 4
+RATINGS_PARTITIONS = 5
 EVENTS = "inventory.events"
 SKUS = [f"cluster-{n}" for n in range(40)]
 
@@ -61,8 +64,15 @@ def stable(instances: list[InstanceProcess], standbys: bool = True) -> bool:
 @pytest.fixture(scope="module")
 def cluster(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("cluster")
+    # The foreign topic exists before the service that reads it starts (its owners' business).
+    ensure_topics(broker.bootstrap, [TopicSpec(RATINGS_TOPIC, RATINGS_PARTITIONS)])
     instances = [
-        InstanceProcess(bootstrap=broker.bootstrap, state_dir=root / f"i{n}", partitions=PARTITIONS)
+        InstanceProcess(
+            bootstrap=broker.bootstrap,
+            state_dir=root / f"i{n}",
+            partitions=PARTITIONS,
+            service="foldstream.examples.storefront:service",
+        )
         for n in range(3)
     ]
     try:
@@ -149,6 +159,65 @@ def test_a_standby_answers_within_max_lag(cluster: Any) -> None:
     # Without max_lag the standby never answers itself: it sends the client to the owner.
     status, moved = http("GET", path, follow_redirects=False)
     assert status == 307 and moved["location"].startswith(owners["active"])
+
+
+def test_foreign_topic_records_are_found_through_the_router(cluster: Any) -> None:
+    producer = KafkaProducer(bootstrap_servers=cluster[0].bootstrap)  # Java-compatible murmur2
+    keys = [f"cluster-vendor-{n}" for n in range(30)]
+    sent = [
+        producer.send(RATINGS_TOPIC, key=k.encode(), value=f"{n} stars".encode())
+        for n, k in enumerate(keys)
+    ]
+    producer.flush()
+    producer.close()
+    for n, (key, future) in enumerate(zip(keys, sent, strict=True)):
+        partition = future.get(timeout=10).partition
+        assert partition == partition_for(key.encode(), RATINGS_PARTITIONS)
+        body = wait_until(
+            functools.partial(
+                answer, f"{cluster[n % 3].url}/stores/ratings/keys/{key}", f"{n} stars"
+            ),
+            30,
+            f"rating of {key}",
+        )
+        assert body["served_by"]["partition"] == partition
+        owners = cluster_view(cluster[0])["partitions"][RATINGS_TOPIC][str(partition)]
+        assert body["served_by"]["role"] == "active"
+        assert {m["id"]: m["url"] for m in cluster_view(cluster[0])["instances"]}[
+            body["served_by"]["instance"]
+        ] == owners["active"]
+
+
+def test_concurrent_conflicting_commands_through_different_instances(cluster: Any) -> None:
+    sku = "cluster-contended"
+    status, body = http(
+        "POST", f"{cluster[0].url}/commands/product/{sku}/receive_shipment", {"quantity": 10}
+    )
+    assert status == 200, body
+    version = body["events"][-1]["version"]
+    results: list[tuple[int, Any]] = []
+
+    def sell(instance: InstanceProcess) -> None:
+        results.append(
+            http(
+                "POST",
+                f"{instance.url}/commands/product/{sku}/sell?expected_version={version}",
+                {"quantity": 7},
+            )
+        )
+
+    threads = [threading.Thread(target=sell, args=(i,)) for i in cluster for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    statuses = Counter(status for status, _ in results)
+    assert statuses == Counter({200: 1, 409: 8}), results
+    wait_until(
+        functools.partial(answer, f"{cluster[2].url}/stores/stock/keys/{sku}", {"on_hand": 3}),
+        30,
+        "the one sale applied",
+    )
 
 
 def test_kill_9_of_an_owner_under_query_load(cluster: Any, record_property: Any) -> None:

@@ -38,6 +38,8 @@ class PartitionWriters(Protocol):
 
     def revoke(self, partitions: Iterable[int]) -> None: ...
 
+    def owned(self) -> frozenset[int]: ...
+
 
 class Projections(Protocol):
     def run(self, owned: Mapping[str, Iterable[int]]) -> None: ...
@@ -81,6 +83,7 @@ class ClusterNode:
         self._routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}
         self._epoch = 0
         self._lock = threading.RLock()
+        self._commands_lock = threading.Lock()
         self._gains: queue.Queue[TopicPartitions | None] = queue.Queue()
         self._stopping = threading.Event()
         self._failure: str | None = None
@@ -156,7 +159,8 @@ class ClusterNode:
         if self.commands is not None:
             events = [p for t, p in lost if t == self.settings.events_topic]
             if events:
-                self.commands.revoke(events)
+                with self._commands_lock:
+                    self.commands.revoke(events)
         self.readers.release(self._store_keys(lost))
 
     def _take_over_loop(self) -> None:
@@ -188,15 +192,13 @@ class ClusterNode:
                 partition=partition,
                 fetch_wait_max_ms=self.settings.fetch_wait_max_ms,
             )
-        events = [p for t, p in gained if t == self.settings.events_topic]
-        if self.commands is not None and events:
-            self.commands.assign(events)
         with self._lock:
             still_owned = gained & self.membership.owned()
             self._restoring -= gained
             self._serving |= still_owned
             serving = set(self._serving)
-        # Reads are served from the restored copies at once; the projection catches up after.
+        # Reads are served from the restored copies at once; the projection catches up after,
+        # and commands wait (503) until the handler has replayed its partitions.
         self.publish()
         log.info(
             "serving %s after restoring %d changelog records in %.2fs",
@@ -205,6 +207,15 @@ class ClusterNode:
             time.monotonic() - started,
         )
         self.projections.run(self._owned_by_topic(serving))
+        if self.commands is not None:
+            # Under the lock the revocation takes too: a partition revoked meanwhile is never
+            # handed to the command handler (whose producer would fence the new owner's).
+            with self._commands_lock:
+                owned = self.membership.owned()
+                events = [p for t, p in still_owned if t == self.settings.events_topic]
+                events = [p for p in events if (self.settings.events_topic, p) in owned]
+                if events:
+                    self.commands.assign(events)
 
     # -- the cluster map -------------------------------------------------------------------
 
@@ -399,6 +410,11 @@ class ClusterNode:
             serving = set(self._serving)
         if restoring:
             return False, {"reason": f"restoring {restoring}"}
+        if self.commands is not None:
+            events, taken = self.settings.events_topic, self.commands.owned()
+            waiting = sorted(p for t, p in serving if t == events and p not in taken)
+            if waiting:
+                return False, {"reason": f"replaying partitions {waiting} for commands"}
         self._measure_lag()
         lag = {
             k: v

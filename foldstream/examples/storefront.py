@@ -1,0 +1,23 @@
+"""The inventory service (seed 002) plus a queryable topic it does not write (seed 003).
+
+``supplier.ratings`` is written by another team's Java-compatible producer (murmur2, text
+values); the store ``ratings`` serves its latest value per supplier, partitioned and routed
+exactly as that producer partitioned it. The cluster demo and tests run this service.
+"""
+
+from __future__ import annotations
+
+from foldstream.examples import inventory
+from foldstream.projections import LatestValue
+from foldstream.service import Service
+
+RATINGS_TOPIC = "supplier.ratings"
+
+service = Service(
+    name=inventory.service.name,
+    aggregates=inventory.service.aggregates,
+    projections=[
+        *inventory.service.projections,
+        LatestValue("ratings", topic=RATINGS_TOPIC, value_format="string", partitioner="murmur2"),
+    ],
+)
