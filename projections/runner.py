@@ -139,6 +139,7 @@ class ProjectionRunner:
             .option("bootstrap", settings.bootstrap_servers)
             .option("source_topic", topic)
             .option("changelog_topic", settings.changelog_topic(projection.store))
+            .option("owned", str(self._owned_path(projection.store).resolve()))
             .start()
         )
 

@@ -24,6 +24,7 @@ from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import producer_config
 from foldstream.projections.projection import Projection
+from foldstream.projections.source import read_owned
 from foldstream.state import RocksDBWriter, partition_path
 
 _producers: dict[str, Producer] = {}
@@ -141,7 +142,13 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
                 by_partition.setdefault(row["partition"], []).append(row)
         result = FoldResult()
         producer = _producer(self.options["bootstrap"]) if changelog_topic else None
+        owned_path = self.options.get("owned")
+        owned = read_owned(Path(owned_path)) if owned_path else None
         for partition, rows in sorted(by_partition.items()):
+            if owned is not None and partition not in owned:
+                # Moved to another instance since the batch was planned: leave it to the new
+                # owner, which resumes from the offset stored with the state.
+                continue
             rows.sort(key=lambda r: r["offset"])
             writer = open_writer(
                 partition_path(state_dir, projection.store, partition),
