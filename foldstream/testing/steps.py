@@ -220,15 +220,12 @@ def produce_records(
     scenario_state.produced_to = topic
     if client == "librdkafka":
         producer = Producer({"bootstrap.servers": broker.bootstrap})
+
+        def delivered(error: Any, message: Any) -> None:
+            scenario_state.produced.append((message.key(), message.partition()))
+
         for key, value in records:
-            producer.produce(
-                topic,
-                key=key,
-                value=value,
-                on_delivery=lambda err, msg: scenario_state.produced.append(
-                    (msg.key(), msg.partition())
-                ),
-            )
+            producer.produce(topic, key=key, value=value, on_delivery=delivered)
         assert producer.flush(30) == 0
     elif client == "java":
         try:
@@ -342,11 +339,13 @@ def nothing_appended(instance: InstanceProcess, scenario_state: ScenarioState) -
 @then(parsers.parse('the store "{store}" returns {value} for "{key}"'))
 def store_returns(instance: InstanceProcess, store: str, value: str, key: str) -> None:
     expected = (200, {"key": key, "value": json.loads(value)})
-    last: list[Any] = []
-    wait_until(
-        lambda: last.append(lookup(instance, store, key)) or last[-1] == expected,
-        lambda: f"{store}/{key} answered {last[-1]}, wanted {expected}",
-    )
+    last: dict[str, tuple[int, Any]] = {}
+
+    def served() -> bool:
+        last["answer"] = lookup(instance, store, key)
+        return last["answer"] == expected
+
+    wait_until(served, lambda: f"{store}/{key} answered {last['answer']}, wanted {expected}")
 
 
 @when(parsers.parse('the store "{store}" has a value for "{key}"'))
