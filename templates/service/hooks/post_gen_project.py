@@ -32,7 +32,9 @@ def template_commit() -> str | None:
 Path("scripts").mkdir(exist_ok=True)
 shutil.copy2(ROOT / "scripts" / "ensure-venv.sh", "scripts/ensure-venv.sh")
 
-if not Path(".cruft.json").exists():
+# cruft passes "_commit" and keeps .cruft.json itself: writing one into its renders would
+# show up in the diff that `cruft update` applies.
+if "_commit" not in CONTEXT:
     commit = template_commit()
     answers = {k: v for k, v in CONTEXT.items() if not k.startswith("_")}
     state = {
