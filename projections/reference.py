@@ -17,14 +17,12 @@ from foldstream.projections.projection import Projection
 def fold_topic(
     bootstrap: str, projection: Projection, topic: str, partitions: int
 ) -> dict[str, Any]:
-    """``{key: value}`` of every key ``projection`` keeps from ``topic`` (deleted keys absent).
-
-    Values are decoded JSON, as the query API serves them.
-    """
+    """``{key: value}`` of every key of ``topic``: the decoded JSON the query API serves, or
+    None for a key the projection deleted (the API answers 404 for it)."""
     stored: dict[bytes, bytes | None] = {}
     for batch in read_to_end(bootstrap, topic, partitions):
         for message in batch:
             key = message.key()
             record = EventRecord(key, message.value(), tuple(message.headers() or ()))
             stored[key] = projection.apply(stored.get(key), record)
-    return {k.decode(): json.loads(v) for k, v in stored.items() if v is not None}
+    return {k.decode(): None if v is None else json.loads(v) for k, v in stored.items()}

@@ -379,25 +379,18 @@ def store_is_plain_fold(instance: InstanceProcess, store: str) -> None:
     projection, topic, partitions = _source(instance, store)
     expected = fold_topic(instance.bootstrap, projection, topic, partitions)
     assert expected, f"{topic} holds nothing to compare with"
-    keys = {
-        m.key().decode()
-        for batch in read_to_end(instance.bootstrap, topic, partitions)
-        for m in batch
-    }
     served: dict[str, Any] = {}
 
     def all_served() -> bool:
-        for key in keys:
+        for key in expected:
             status, body = lookup(instance, store, key)
             served[key] = body["value"] if status == 200 else None
-        return all(served[k] == expected.get(k) for k in keys)
+        return served == expected
 
     wait_until(
         all_served,
         lambda: "; ".join(
-            f"{k}: served {served[k]}, fold {expected.get(k)}"
-            for k in sorted(keys)
-            if served.get(k) != expected.get(k)
+            f"{k}: served {served[k]}, fold {v}" for k, v in expected.items() if served[k] != v
         ),
     )
 
