@@ -57,7 +57,7 @@ from foldstream.settings import Settings
 from foldstream.testing.kafka import CommandWriter, append_events, log_ends, records_at
 from foldstream.testing.plugin import InstancePool
 
-WAIT = 60.0
+WAIT = 120.0  # generous: the first micro-batch after a start is slow on a loaded machine
 NAME = r"[\w-]+"
 
 
@@ -345,7 +345,13 @@ def store_returns(instance: InstanceProcess, store: str, value: str, key: str) -
         last["answer"] = lookup(instance, store, key)
         return last["answer"] == expected
 
-    wait_until(served, lambda: f"{store}/{key} answered {last['answer']}, wanted {expected}")
+    wait_until(
+        served,
+        lambda: (
+            f"{store}/{key} answered {last['answer']}, wanted {expected}; "
+            f"/ready: {http('GET', f'{instance.url}/ready')}"
+        ),
+    )
 
 
 @when(parsers.parse('the store "{store}" has a value for "{key}"'))
