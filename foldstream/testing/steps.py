@@ -22,6 +22,16 @@ Steps talk to the ``instance`` fixture (the service under test, or the one a
     Then the store "stock" returns {"on_hand": 1} for "sku-1"
     Then the store "stock" holds a plain fold of its topic
 
+The other sentences: ``Given the topic "t" has 3 partitions``; ``When a "librdkafka"|"java"
+producer writes these records to "t":`` (key | value table, empty value = tombstone) and ``Then
+every record landed in the partition the "consistent"|"murmur2" partitioner gives its key``;
+``When another writer keeps appending "cmd" with {...} to each of 40 product ids starting
+"p-"``, ``When the store "s" has a value for "k"``, ``When the instance is killed while the
+writer is still appending``, ``When the writer appends 50 more rounds and stops``, ``When the
+instance is restarted``; ``Then looking up "k" in store "s" answers 404 saying "..."``, ``Then
+GET "/path" answers 200 with {...}``, ``Then the instance becomes ready``, ``Then the changelog
+of store "s" holds the served value of every key``.
+
 Every waiting step waits for a condition (at most ``WAIT`` seconds), never for a fixed time.
 """
 
