@@ -1,4 +1,4 @@
-"""The ``foldstream`` command line: ``broker``, ``serve`` and ``demo``."""
+"""The ``foldstream`` command line: ``broker``, ``serve``, ``demo`` and ``new``."""
 
 from __future__ import annotations
 
@@ -80,13 +80,36 @@ def serve(
 
 @cli.command()
 def demo(
+    service: Annotated[str, typer.Option(help="import path of the Service")] = DEFAULT_SERVICE,
     commands: Annotated[int, typer.Option(help="how many commands to send")] = 300,
     partitions: Annotated[int, typer.Option()] = 6,
 ) -> None:
-    """Start a broker, an instance and send commands; print queried vs expected stock."""
+    """Start a broker and an instance, send random commands; print queried vs folded values."""
     from foldstream.demo import run_demo
 
-    raise typer.Exit(run_demo(commands=commands, partitions=partitions))
+    raise typer.Exit(run_demo(service=service, commands=commands, partitions=partitions))
+
+
+@cli.command()
+def new(
+    name: Annotated[str, typer.Argument(help="the service's name, e.g. 'Warehouse Ledger'")],
+    output_dir: Annotated[Path, typer.Option(help="where the service's directory goes")] = Path(
+        "."
+    ),
+    foldstream_url: Annotated[
+        str | None, typer.Option(help="where pip gets foldstream [default: this checkout]")
+    ] = None,
+    template: Annotated[
+        str | None, typer.Option(help="template path or git URL [default: this checkout]")
+    ] = None,
+) -> None:
+    """Create a service from the template (cookiecutter), ready for `make demo` / `make test`."""
+    from foldstream.template import new_service
+
+    created = new_service(
+        name, output_dir=output_dir, foldstream_url=foldstream_url, template=template
+    )
+    typer.echo(f"created {created}\nnext: cd {created} && make test")
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create or reuse .venv with foldstream and its dev tools; safe to run any number of times.
+# Create or reuse .venv with this project and its dev tools; safe to run any number of times.
+# foldstream's service template copies this script into every service it generates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

@@ -1,0 +1,41 @@
+@commands
+Feature: Commands append events, or are rejected and append nothing
+  A command runs against the aggregate's current state. Its events are appended to the events
+  topic, in the partition of the aggregate's id, before the command is answered.
+
+  Scenario: A command answers with the events it appended
+    When product "cmd-1" is sent "receive_shipment" with {"quantity": 10}
+    Then the command appended these events:
+      | type                     | data             |
+      | Product.Created          | {}               |
+      | Product.ShipmentReceived | {"quantity": 10} |
+    When product "cmd-1" is sent "sell" with {"quantity": 4}
+    Then the command appended these events:
+      | type              | data            |
+      | Product.ItemsSold | {"quantity": 4} |
+    And the store "stock" returns {"on_hand": 6} for "cmd-1"
+
+  Scenario: A command sees the events of the commands before it
+    Given product "cmd-2" accepted "receive_shipment" with {"quantity": 3}
+    When product "cmd-2" is sent "sell" with {"quantity": 4}
+    Then the command is rejected with status 422 saying "only 3 on hand"
+    And nothing was appended
+    And the store "stock" returns {"on_hand": 3} for "cmd-2"
+
+  Scenario Outline: A bad command gets its 4xx and appends nothing
+    When <aggregate> "bad-1" is sent "<command>" with <body>
+    Then the command is rejected with status <status> saying "<reason>"
+    And nothing was appended
+
+    Examples:
+      | aggregate | command          | body                | status | reason                   |
+      | product   | sell             | {"quantity": 5}     | 422    | only 0 on hand           |
+      | product   | receive_shipment | {"quantity": 0}     | 422    | at least one item        |
+      | product   | launch           | {}                  | 404    | no command 'launch'      |
+      | warehouse | sell             | {"quantity": 1}     | 404    | no aggregate 'warehouse' |
+      | product   | sell             | {not json           | 400    | malformed JSON           |
+      | product   | sell             | [1]                 | 400    | JSON object              |
+      | product   | sell             | {"qty": 1}          | 400    | qty                      |
+      | product   | sell             | {"quantity": "two"} | 400    | must be int              |
+      | product   | sell             | {"quantity": true}  | 400    | must be int              |
+      | product   | sell             | {}                  | 400    | quantity                 |

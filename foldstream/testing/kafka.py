@@ -1,0 +1,130 @@
+"""Kafka helpers for tests: where logs end, records at given offsets, and a second writer.
+
+Events appended here go straight to the events topic, as another producer's would: projections
+fold them, but a running command handler only knows the events it replayed at start and those
+of its own commands, so use ids that commands of the same scenario do not touch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from foldstream.domain import Aggregate, EventCodec, EventRecord
+from foldstream.errors import BrokerUnavailable
+from foldstream.kafka import consume_available, consumer_config, producer_config
+from foldstream.offsets import EndOffsets
+
+
+def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """``{partition: end offset}`` of ``topic`` now, learnt by reading to the end of each."""
+    ends = EndOffsets(bootstrap, topic, list(range(partitions)))
+    try:
+        return ends.ends()
+    finally:
+        ends.close()
+
+
+def records_at(
+    bootstrap: str, topic: str, partition: int, first: int, last: int, timeout: float = 30.0
+) -> list[EventRecord]:
+    """The records of one partition from offset ``first`` to ``last``, both included."""
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(topic, partition, first)])
+    found: list[EventRecord] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < last - first + 1:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"{topic}[{partition}] offsets {first}..{last}: only {len(found)} read"
+                )
+            for message in consume_available(consumer, 1000, 0.5):
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise BrokerUnavailable(f"reading {topic}: {error}")
+                if error is None and first <= message.offset() <= last:
+                    headers = tuple(message.headers() or ())
+                    found.append(EventRecord(message.key(), message.value(), headers))
+        return found
+    finally:
+        consumer.close()
+
+
+def append_events(producer: Producer, topic: str, events: Iterable[Any]) -> None:
+    """Produce domain events as foldstream's command side would (flush to wait for them)."""
+    codec = EventCodec()
+    for domain_event in events:
+        record = codec.encode(domain_event)
+        while True:
+            try:
+                producer.produce(
+                    topic, key=record.key, value=record.value, headers=list(record.headers)
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.poll(0)
+
+
+class CommandWriter:
+    """Another writer: runs ``command`` on local aggregates round after round, in a thread, and
+    appends their events to ``topic`` at a steady pace (one round every ``pause`` seconds)
+    until :meth:`stop_after` says how many more rounds to write (``max_rounds`` at most).
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic: str,
+        aggregates: list[Aggregate],
+        command: str,
+        arguments: dict[str, Any],
+        max_rounds: int = 5000,
+        pause: float = 0.02,
+    ) -> None:
+        self.topic = topic
+        self.aggregates = aggregates
+        self.command = command
+        self.arguments = arguments
+        self.rounds = 0
+        self.last_round = max_rounds
+        self.pause = pause
+        self.error: BaseException | None = None
+        self._producer = Producer(producer_config(bootstrap))
+        self._thread = threading.Thread(target=self._run, name="command-writer", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while self.rounds < self.last_round:
+                for aggregate in self.aggregates:
+                    getattr(aggregate, self.command)(**self.arguments)
+                    append_events(self._producer, self.topic, aggregate.collect_events())
+                self.rounds += 1
+                time.sleep(self.pause)
+            unsent = self._producer.flush(30)
+            if unsent:
+                raise BrokerUnavailable(f"{unsent} events not acknowledged")
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self) -> CommandWriter:
+        self._thread.start()
+        return self
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop_after(self, more_rounds: int, timeout: float = 120.0) -> None:
+        """Write ``more_rounds`` more rounds, then stop; re-raise whatever stopped the writer."""
+        self.last_round = min(self.last_round, self.rounds + more_rounds)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the writer did not finish within {timeout}s")
+        if self.error is not None:
+            raise self.error

@@ -1,0 +1,462 @@
+"""The step library: Given/When/Then sentences for pytest-bdd features, on real instances.
+
+Loaded by :mod:`foldstream.testing.plugin`; a test module only binds its feature files::
+
+    from pytest_bdd import scenarios
+
+    scenarios("stock.feature")
+
+Steps talk to the ``instance`` fixture (the service under test, or the one a
+``Given the service "..." is running`` step chose). JSON in sentences is written as JSON::
+
+    Given product "sku-1" accepted "receive_shipment" with {"quantity": 3}
+    Given these events were appended to product "sku-2":
+      | type             | data            |
+      | ShipmentReceived | {"quantity": 4} |
+    When product "sku-1" is sent "sell" with {"quantity": 5}
+    Then the command is rejected with status 422 saying "only 3 on hand"
+    And nothing was appended
+    Then the command appended these events:
+      | type              | data            |
+      | Product.ItemsSold | {"quantity": 2} |
+    Then the store "stock" returns {"on_hand": 1} for "sku-1"
+    Then the store "stock" holds a plain fold of its topic
+
+The other sentences: ``Given the topic "t" has 3 partitions``; ``When a "librdkafka"|"java"
+producer writes these records to "t":`` (key | value table, empty value = tombstone) and ``Then
+every record landed in the partition the "consistent"|"murmur2" partitioner gives its key``;
+``When another writer keeps appending "cmd" with {...} to each of 40 product ids starting
+"p-"``, ``When the store "s" has a value for "k"``, ``When the instance is killed while the
+writer is still appending``, ``When the writer appends 50 more rounds and stops``, ``When the
+instance is restarted``; ``Then looking up "k" in store "s" answers 404 saying "..."``, ``Then
+GET "/path" answers 200 with {...}``, ``Then the instance becomes ready``, ``Then the changelog
+of store "s" holds the served value of every key``.
+
+Every waiting step waits for a condition (at most ``WAIT`` seconds), never for a fixed time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from pytest_bdd import given, parsers, then, when
+
+from foldstream import process
+from foldstream.broker import EmbeddedBroker
+from foldstream.domain import Aggregate, EventCodec
+from foldstream.kafka import (
+    Partitioner,
+    TopicSpec,
+    ensure_topics,
+    partition_for,
+    producer_config,
+    read_to_end,
+    topic_partitions,
+)
+from foldstream.process import InstanceProcess, http
+from foldstream.projections import Projection
+from foldstream.projections.reference import fold_topic
+from foldstream.service import Service, load_service
+from foldstream.settings import Settings
+from foldstream.testing.kafka import CommandWriter, append_events, log_ends, records_at
+from foldstream.testing.plugin import InstancePool
+
+WAIT = 120.0  # generous: the first micro-batch after a start is slow on a loaded machine
+NAME = r"[\w-]+"
+
+
+@dataclass
+class ScenarioState:
+    """What one scenario's steps leave for the next ones."""
+
+    response: tuple[int, Any] | None = None
+    ends_before: dict[int, int] = field(default_factory=dict)
+    sent_key: str = ""
+    produced: list[tuple[bytes, int]] = field(default_factory=list)
+    produced_to: str = ""
+    writer: CommandWriter | None = None
+
+    def last_response(self) -> tuple[int, Any]:
+        assert self.response is not None, "no command was sent in this scenario"
+        return self.response
+
+
+@pytest.fixture
+def scenario_state() -> Iterator[ScenarioState]:
+    state = ScenarioState()
+    yield state
+    if state.writer is not None and state.writer.is_alive():  # the scenario failed half-way
+        state.writer.stop_after(0)
+
+
+def wait_until(check: Callable[[], Any], describe: Callable[[], str], timeout: float = WAIT) -> Any:
+    """Poll ``check`` until it returns something truthy, or fail with ``describe()``."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout}s: {describe()}")
+        time.sleep(0.02)
+    return result
+
+
+def service_of(instance: InstanceProcess) -> tuple[Service, Settings]:
+    definition = load_service(instance.service)
+    return definition, Settings(service=definition.name, partitions=instance.partitions)
+
+
+def _aggregate_class(instance: InstanceProcess, aggregate: str) -> type[Aggregate]:
+    definition, _ = service_of(instance)
+    try:
+        return definition.aggregates[aggregate]
+    except KeyError:
+        pytest.fail(
+            f"no aggregate {aggregate!r} in {definition.name}: {sorted(definition.aggregates)}"
+        )
+
+
+def _source(instance: InstanceProcess, store: str) -> tuple[Projection, str, int]:
+    """The projection of ``store``, the topic it folds and that topic's partition count."""
+    definition, settings = service_of(instance)
+    projection = definition.projection(store)
+    topic = projection.source_topic(settings.events_topic)
+    partitions = topic_partitions(AdminClient({"bootstrap.servers": instance.bootstrap}), topic)
+    assert partitions, f"topic {topic!r} of store {store!r} does not exist"
+    return projection, topic, partitions
+
+
+def lookup(instance: InstanceProcess, store: str, key: str) -> tuple[int, Any]:
+    """The answer to a lookup (redirects followed), without who served it."""
+    return process.lookup(instance.url, store, key)
+
+
+# Given ---------------------------------------------------------------------------------------
+
+
+@given(parsers.parse('the service "{service}" is running'), target_fixture="instance")
+def the_service_is_running(instances: InstancePool, service: str) -> InstanceProcess:
+    return instances.get(service)
+
+
+@given(parsers.parse('the topic "{topic}" has {partitions:d} partitions'))
+def the_topic_exists(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
+    ensure_topics(broker.bootstrap, [TopicSpec(topic, partitions)])
+
+
+@given(
+    parsers.re(
+        rf'(?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)" accepted "(?P<command>{NAME})" '
+        r"with (?P<arguments>.+)"
+    )
+)
+def command_accepted(
+    instance: InstanceProcess, aggregate: str, aggregate_id: str, command: str, arguments: str
+) -> None:
+    status, body = http(
+        "POST",
+        f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}",
+        json.loads(arguments),
+    )
+    assert status == 200, body
+
+
+@given(
+    parsers.re(rf'these events were appended to (?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)":')
+)
+def events_appended(
+    instance: InstanceProcess, aggregate: str, aggregate_id: str, datatable: list[list[str]]
+) -> None:
+    """A new aggregate's events (its Created event first), appended by another producer."""
+    cls = _aggregate_class(instance, aggregate)
+    target = cls(id=aggregate_id)  # type: ignore[call-arg]
+    for row in _rows(datatable):
+        event_class = getattr(cls, row["type"], None)
+        assert isinstance(event_class, type), f"{cls.__name__} has no event {row['type']!r}"
+        target.trigger_event(event_class, **json.loads(row.get("data") or "{}"))
+    _, settings = service_of(instance)
+    producer = Producer(producer_config(instance.bootstrap))
+    append_events(producer, settings.events_topic, target.collect_events())
+    assert producer.flush(30) == 0
+
+
+def _rows(datatable: list[list[str]]) -> list[dict[str, str]]:
+    header, *rows = datatable
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+# When ----------------------------------------------------------------------------------------
+
+
+@when(
+    parsers.re(
+        rf'(?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)" is sent "(?P<command>{NAME})" '
+        r"with (?P<body>.*)"
+    )
+)
+def send_command(
+    instance: InstanceProcess,
+    scenario_state: ScenarioState,
+    aggregate: str,
+    aggregate_id: str,
+    command: str,
+    body: str,
+) -> None:
+    """Sends ``body`` as it is written (so malformed JSON can be sent too)."""
+    _, settings = service_of(instance)
+    scenario_state.ends_before = log_ends(
+        instance.bootstrap, settings.events_topic, instance.partitions
+    )
+    scenario_state.sent_key = aggregate_id
+    scenario_state.response = http(
+        "POST", f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}", body.encode()
+    )
+
+
+@when(parsers.parse('a "{client}" producer writes these records to "{topic}":'))
+def produce_records(
+    broker: EmbeddedBroker,
+    scenario_state: ScenarioState,
+    client: str,
+    topic: str,
+    datatable: list[list[str]],
+) -> None:
+    """``client`` is ``librdkafka`` (its defaults) or ``java`` (a Java-compatible client,
+    kafka-python); an empty ``value`` cell writes a tombstone."""
+    records = [(r["key"].encode(), r["value"].encode() or None) for r in _rows(datatable)]
+    scenario_state.produced_to = topic
+    if client == "librdkafka":
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+
+        def delivered(error: Any, message: Any) -> None:
+            scenario_state.produced.append((message.key(), message.partition()))
+
+        for key, value in records:
+            producer.produce(topic, key=key, value=value, on_delivery=delivered)
+        assert producer.flush(30) == 0
+    elif client == "java":
+        try:
+            import kafka
+        except ImportError:
+            pytest.fail("a 'java' producer needs kafka-python: pip install kafka-python")
+        java = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap)
+        futures = [(key, java.send(topic, key=key, value=value)) for key, value in records]
+        java.flush()
+        scenario_state.produced += [(k, f.get(timeout=10).partition) for k, f in futures]
+        java.close()
+    else:
+        pytest.fail(f"unknown producer {client!r}: use 'librdkafka' or 'java'")
+    assert len(scenario_state.produced) == len(records)
+
+
+@when(
+    parsers.re(
+        r'another writer keeps appending "(?P<command>[\w-]+)" with (?P<arguments>\{.*\}) '
+        rf'to each of (?P<count>\d+) (?P<aggregate>{NAME}) ids starting "(?P<prefix>[^"]+)"'
+    )
+)
+def another_writer(
+    instance: InstanceProcess,
+    scenario_state: ScenarioState,
+    command: str,
+    arguments: str,
+    count: str,
+    aggregate: str,
+    prefix: str,
+) -> None:
+    """Starts a :class:`CommandWriter` on ids ``<prefix>0`` to ``<prefix><count - 1>``."""
+    cls = _aggregate_class(instance, aggregate)
+    _, settings = service_of(instance)
+    scenario_state.writer = CommandWriter(
+        bootstrap=instance.bootstrap,
+        topic=settings.events_topic,
+        aggregates=[cls(id=f"{prefix}{n}") for n in range(int(count))],  # type: ignore[call-arg]
+        command=command,
+        arguments=json.loads(arguments),
+    ).start()
+
+
+@when("the instance is killed while the writer is still appending")
+def kill_mid_stream(instance: InstanceProcess, scenario_state: ScenarioState) -> None:
+    """SIGKILL the instance's process group (the JVM and Spark's workers with it)."""
+    assert scenario_state.writer is not None, "no writer was started"
+    assert scenario_state.writer.is_alive(), f"the writer stopped: {scenario_state.writer.error}"
+    instance.kill()
+
+
+@when(parsers.parse("the writer appends {rounds:d} more rounds and stops"))
+def writer_stops(scenario_state: ScenarioState, rounds: int) -> None:
+    assert scenario_state.writer is not None, "no writer was started"
+    scenario_state.writer.stop_after(rounds)
+
+
+@when("the instance is restarted")
+def restart(instance: InstanceProcess) -> None:
+    instance.start()
+    instance.wait_ready()
+
+
+# Then ----------------------------------------------------------------------------------------
+
+
+@then("the command appended these events:")
+def command_appended(
+    instance: InstanceProcess, scenario_state: ScenarioState, datatable: list[list[str]]
+) -> None:
+    """The answer lists the events, and Kafka holds them at the answered position, in the
+    partition of the aggregate's key."""
+    status, body = scenario_state.last_response()
+    assert status == 200, body
+    expected = [(r["type"], json.loads(r.get("data") or "{}")) for r in _rows(datatable)]
+    answered = [
+        (e["type"], {k: v for k, v in e.items() if k not in ("type", "version")})
+        for e in body["events"]
+    ]
+    assert answered == expected
+    partition, last = body["position"]["partition"], body["position"]["offset"]
+    key = scenario_state.sent_key.encode()
+    assert partition == partition_for(key, instance.partitions)
+    _, settings = service_of(instance)
+    first = last - len(expected) + 1
+    assert first == scenario_state.ends_before[partition], "other records landed in between"
+    codec = EventCodec()
+    stored = records_at(instance.bootstrap, settings.events_topic, partition, first, last)
+    decoded = [codec.decode(record) for record in stored]
+    assert [r.key for r in stored] == [key] * len(expected)
+    assert [type(e).__qualname__ for e in decoded] == [t for t, _ in expected]
+    assert [e.originator_version for e in decoded] == [e["version"] for e in body["events"]]
+
+
+@then(parsers.parse('the command is rejected with status {status:d} saying "{reason}"'))
+def rejected(scenario_state: ScenarioState, status: int, reason: str) -> None:
+    got_status, body = scenario_state.last_response()
+    assert got_status == status, body
+    assert reason in body["error"], body
+
+
+@then("nothing was appended")
+def nothing_appended(instance: InstanceProcess, scenario_state: ScenarioState) -> None:
+    """The events topic ends where it ended before the command (a command answers only after
+    its events are acknowledged, so an append would be visible already)."""
+    _, settings = service_of(instance)
+    after = log_ends(instance.bootstrap, settings.events_topic, instance.partitions)
+    assert after == scenario_state.ends_before
+
+
+@then(parsers.parse('the store "{store}" returns {value} for "{key}"'))
+def store_returns(instance: InstanceProcess, store: str, value: str, key: str) -> None:
+    expected = (200, {"key": key, "value": json.loads(value)})
+    last: dict[str, tuple[int, Any]] = {}
+
+    def served() -> bool:
+        last["answer"] = lookup(instance, store, key)
+        return last["answer"] == expected
+
+    wait_until(
+        served,
+        lambda: (
+            f"{store}/{key} answered {last['answer']}, wanted {expected}; "
+            f"/ready: {http('GET', f'{instance.url}/ready')}"
+        ),
+    )
+
+
+@when(parsers.parse('the store "{store}" has a value for "{key}"'))
+@then(parsers.parse('the store "{store}" has a value for "{key}"'))
+def store_has_value(instance: InstanceProcess, store: str, key: str) -> None:
+    wait_until(lambda: lookup(instance, store, key)[0] == 200, lambda: f"no {key!r} in {store}")
+
+
+@then(parsers.parse('looking up "{key}" in store "{store}" answers {status:d} saying "{reason}"'))
+def lookup_fails(instance: InstanceProcess, key: str, store: str, status: int, reason: str) -> None:
+    got_status, body = lookup(instance, store, key)
+    assert got_status == status, body
+    assert reason in body["error"], body
+
+
+@then("the instance becomes ready")
+def becomes_ready(instance: InstanceProcess) -> None:
+    """``GET /ready`` answers 200: every store has caught up with its topic."""
+    instance.wait_ready(timeout=WAIT)
+
+
+@then(parsers.parse('GET "{path}" answers {status:d} with {body}'))
+def get_answers_with(instance: InstanceProcess, path: str, status: int, body: str) -> None:
+    assert http("GET", f"{instance.url}{path}") == (status, json.loads(body))
+
+
+@then(parsers.parse('the store "{store}" holds a plain fold of its topic'))
+def store_is_plain_fold(instance: InstanceProcess, store: str) -> None:
+    """Every key of the topic is served with the value a plain-Python fold of the whole topic
+    gives, and deleted keys answer 404: nothing lost, nothing applied twice."""
+    projection, topic, partitions = _source(instance, store)
+    expected = fold_topic(instance.bootstrap, projection, topic, partitions)
+    assert expected, f"{topic} holds nothing to compare with"
+    served: dict[str, Any] = {}
+
+    def all_served() -> bool:
+        for key in expected:
+            status, body = lookup(instance, store, key)
+            served[key] = body["value"] if status == 200 else None
+        return served == expected
+
+    wait_until(
+        all_served,
+        lambda: "; ".join(
+            f"{k}: served {served[k]}, fold {v}" for k, v in expected.items() if served[k] != v
+        ),
+    )
+
+
+@then(parsers.parse('the changelog of store "{store}" holds the served value of every key'))
+def changelog_matches(instance: InstanceProcess, store: str) -> None:
+    """The compacted changelog's latest value per key, in the key's partition and stamped with
+    its source offset, is what the store serves."""
+    projection, _, partitions = _source(instance, store)
+    _, settings = service_of(instance)
+    changelog = settings.changelog_topic(store)
+    mismatched: list[str] = []
+
+    def consistent() -> bool:
+        latest: dict[bytes, bytes | None] = {}
+        for batch in read_to_end(instance.bootstrap, changelog, partitions):
+            for message in batch:
+                key = message.key()
+                assert message.partition() == partition_for(key, partitions, projection.partitioner)
+                assert any(n == "foldstream-source-offset" for n, _ in message.headers() or ())
+                latest[key] = message.value()
+        assert latest, f"{changelog} is empty"
+        mismatched.clear()
+        for key, value in latest.items():
+            status, body = lookup(instance, store, key.decode())
+            served = body["value"] if status == 200 else None
+            if served != (None if value is None else json.loads(value)):
+                mismatched.append(f"{key!r}: changelog {value!r}, served {served!r}")
+        return not mismatched
+
+    wait_until(consistent, lambda: "; ".join(mismatched))
+
+
+@then(
+    parsers.parse(
+        'every record landed in the partition the "{partitioner}" partitioner gives its key'
+    )
+)
+def landed_by_partitioner(
+    broker: EmbeddedBroker, scenario_state: ScenarioState, partitioner: Partitioner
+) -> None:
+    assert scenario_state.produced, "no records were produced in this scenario"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    partitions = topic_partitions(admin, scenario_state.produced_to)
+    assert partitions, f"topic {scenario_state.produced_to!r} does not exist"
+    wrong = [
+        (key, partition)
+        for key, partition in scenario_state.produced
+        if partition != partition_for(key, partitions, partitioner)
+    ]
+    assert not wrong, f"{partitioner} puts these keys elsewhere: {wrong}"

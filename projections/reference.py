@@ -1,0 +1,28 @@
+"""A projection folded in plain Python over a whole topic: the reference a store must equal.
+
+No Spark and no RocksDB: the records are read from offset 0 to the end and passed through the
+projection's own ``apply``, so the result is what an exactly-once store holds for that topic.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from foldstream.domain.records import EventRecord
+from foldstream.kafka import read_to_end
+from foldstream.projections.projection import Projection
+
+
+def fold_topic(
+    bootstrap: str, projection: Projection, topic: str, partitions: int
+) -> dict[str, Any]:
+    """``{key: value}`` of every key of ``topic``: the decoded JSON the query API serves, or
+    None for a key the projection deleted (the API answers 404 for it)."""
+    stored: dict[bytes, bytes | None] = {}
+    for batch in read_to_end(bootstrap, topic, partitions):
+        for message in batch:
+            key = message.key()
+            record = EventRecord(key, message.value(), tuple(message.headers() or ()))
+            stored[key] = projection.apply(stored.get(key), record)
+    return {k.decode(): None if v is None else json.loads(v) for k, v in stored.items()}
