@@ -79,6 +79,8 @@ class ProjectionRunner:
             .option("partitions", ",".join(map(str, partitions)))
             .option("start_offsets", json.dumps({str(p): o for p, o in starts.items()}))
             .option("fetch_wait_max_ms", str(settings.fetch_wait_max_ms))
+            # Large micro-batches (rebuilds) are split into one task per core.
+            .option("tasks", str(self.spark.sparkContext.defaultParallelism))
             .load()
         )
         return (

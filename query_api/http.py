@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.errors import StoreNotFound
+from foldstream.query_api.batch import batch_route
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import error_response
 
@@ -54,6 +55,7 @@ def query_routes(
     return [
         Route("/stores", list_stores),
         Route("/stores/{store}/keys/{key:path}", get_key),
+        batch_route(readers),
         Route("/health", health),
         Route("/ready", ready),
     ]
