@@ -60,13 +60,16 @@ def _kind(pid: int) -> str:
         return "gone"
     if b"java" in command.split(b" ", 1)[0]:
         return "jvm"
+    if b"tansu" in command.split(b" ", 1)[0]:
+        return "broker"
     if b"pyspark" in command:
         return "spark python workers"
     return "other"
 
 
 def cpu_by_kind(pid: int) -> dict[str, float]:
-    """CPU seconds of ``pid``'s tree split into the JVM, Spark's Python workers and the rest."""
+    """CPU seconds of ``pid``'s tree split into the JVM, Spark's Python workers, an embedded
+    broker and the rest."""
     split: dict[str, float] = {}
     for member in process_tree(pid):
         fields = _stat_fields(member)
@@ -104,19 +107,36 @@ class CpuMeter:
         self.root_seconds = cpu_seconds(self.pid, tree=False) - self._start[1]
 
 
-class PeakRss:
-    """Samples the RSS of a process tree in a background thread; ``peak`` is the largest."""
+def pss_bytes(pid: int) -> int:
+    """Proportional set size of ``pid``'s tree now: shared pages (libraries, forked workers'
+    common memory) counted once across the tree rather than once per process as in RSS."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
-    def __init__(self, pid: int, interval: float = 0.2) -> None:
+
+class PeakRss:
+    """Samples the RSS (and PSS) of a process tree in a background thread; ``peak`` and
+    ``peak_pss`` are the largest seen."""
+
+    def __init__(self, pid: int, interval: float = 0.25) -> None:
         self.pid = pid
         self.interval = interval
-        self.peak = 0
+        self.peak = self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _run(self) -> None:
         while True:
             self.peak = max(self.peak, rss_bytes(self.pid))
+            self.peak_pss = max(self.peak_pss, pss_bytes(self.pid))
             if self._stop.wait(self.interval):
                 return
 
