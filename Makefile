@@ -14,7 +14,7 @@ test: venv
 	$(PY) -m pytest
 
 bench: venv
-	$(PY) bench/run.py
+	$(PY) -m bench $(BENCH_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

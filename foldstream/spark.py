@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from foldstream.errors import EnvironmentNotReady
@@ -15,6 +18,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MIN_JAVA = 17
+# C1 only and the serial collector: a projection's JVM mostly plans micro-batches and moves Arrow
+# buffers; C2 compiler and parallel GC threads cost more CPU (≈30% of the JVM's share of a
+# 600k-event rebuild, measured) and memory than they return on 2 cores.
+JVM_OPTIONS = "-Dlog4j.rootLogger=WARN -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # Hadoop's default local checkpoint manager forks a process per rename: tens of ms per batch.
 FAST_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -45,12 +52,56 @@ def check_java() -> int:
     return major
 
 
+_WORKER_PYTHON = """#!/bin/sh
+# Spark's Python workers without Spark's zips and jars on PYTHONPATH (written by foldstream).
+new=
+IFS=:
+for entry in $PYTHONPATH; do
+    case $entry in
+        "{home}"/python/lib/*.zip | "{home}"/jars/*.jar) ;;
+        *) new=${{new:+$new:}}$entry ;;
+    esac
+done
+unset IFS
+PYTHONPATH=$new exec "{python}" "$@"
+"""
+
+
+def worker_python() -> str:
+    """The Python that Spark starts its workers with: this interpreter, through a wrapper that
+    keeps Spark's ``pyspark.zip`` (and jars, which Python scans as zips) off their path when
+    pyspark is pip-installed.
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and
+    Python caches no bytecode for modules imported from a zip: each new worker (planner, source,
+    reader, writer, sink commit) recompiled the pyspark modules it imports from source, which
+    py-spy showed as the largest CPU cost of a projection's start and first batches. With a pip
+    install the zip holds the very same files as the installed package, which has bytecode.
+    """
+    import pyspark
+
+    home = Path(pyspark.__file__).parent  # SPARK_HOME of a pip install
+    if not (home / "python" / "lib").is_dir():
+        return sys.executable
+    script = _WORKER_PYTHON.format(home=home, python=sys.executable)
+    digest = hashlib.sha256(script.encode()).hexdigest()[:12]
+    wrapper = Path(tempfile.gettempdir()) / f"foldstream-spark-python-{digest}"
+    if not wrapper.exists():
+        staged = wrapper.with_name(f"{wrapper.name}.{os.getpid()}")
+        staged.write_text(script)
+        staged.chmod(0o755)
+        staged.replace(wrapper)
+    return str(wrapper)
+
+
 def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> SparkSession:
     """A SparkSession with foldstream's sources and sinks registered."""
     check_java()
-    # Executors' Python workers must import the same foldstream (and service) as the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Executors' Python workers must import the same foldstream (and service) as the driver;
+    # the driver-side ones (data source planning, streaming source and sink commit) too.
+    python = worker_python()
+    os.environ.setdefault("PYSPARK_PYTHON", python)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     from pyspark.sql import SparkSession
 
     from foldstream.projections.sink import StoreSink
@@ -65,7 +116,7 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.pollingDelay", "10ms")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=WARN")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

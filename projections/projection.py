@@ -15,6 +15,8 @@ from foldstream.domain.records import EventCodec, EventRecord
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import PARTITIONERS, Partitioner
 
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
 Fold = Callable[[Any, Any], Any]
 """``(state | None, event) -> state | None``; returning None deletes the key."""
 
@@ -63,7 +65,7 @@ class EventProjection(Projection):
         new_state = self.fold(state, self._codec.decode(record))
         if new_state is None:
             return None
-        return json.dumps(new_state, separators=(",", ":")).encode()
+        return _compact_json(new_state).encode()
 
 
 @dataclass(frozen=True)

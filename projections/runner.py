@@ -127,6 +127,8 @@ class ProjectionRunner:
             .option("partitions", ",".join(map(str, range(self.partitions[topic]))))
             .option("owned", str(self._owned_path(projection.store).resolve()))
             .option("fetch_wait_max_ms", str(settings.fetch_wait_max_ms))
+            # Large micro-batches (rebuilds) are split into one task per core.
+            .option("tasks", str(self.spark.sparkContext.defaultParallelism))
             .load()
         )
         return (

@@ -9,7 +9,8 @@ two steps only re-sends identical changelog values on replay.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,8 @@ from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import producer_config
 from foldstream.projections.projection import Projection
-from foldstream.projections.source import read_owned
+from foldstream.projections.source import decode_headers, read_owned
+from foldstream.projections.worker import gc_paused
 from foldstream.state import RocksDBWriter, partition_path
 
 _producers: dict[str, Producer] = {}
@@ -34,7 +36,14 @@ def _producer(bootstrap: str) -> Producer:
     # One idempotent producer per reused Python worker.
     producer = _producers.get(bootstrap)
     if producer is None:
-        producer = Producer(producer_config(bootstrap, linger_ms=2))
+        producer = Producer(
+            producer_config(
+                bootstrap,
+                linger_ms=2,
+                # A rebuild sends up to a key per record: room for whole micro-batches.
+                **{"queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10_000},
+            )
+        )
         _producers[bootstrap] = producer
     return producer
 
@@ -64,31 +73,72 @@ class FoldResult(WriterCommitMessage):
     applied: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
+Records = list[tuple[int, EventRecord]]
+"""``(offset, record)`` pairs of one Kafka partition."""
+
+
+def records_by_partition(batches: Iterable[pa.RecordBatch]) -> dict[int, Records]:
+    """The records of Arrow batches of the source's schema, split by Kafka partition (Spark may
+    merge batches of several partitions) and put in offset order.
+
+    Column by column: ``RecordBatch.to_pylist`` builds a dict per row and costs more than the
+    fold itself.
+    """
+    found: dict[int, Records] = {}
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        partitions = batch.column("partition").to_pylist()
+        offsets = batch.column("offset").to_pylist()
+        records = list(
+            zip(
+                offsets,
+                map(
+                    EventRecord,
+                    batch.column("key").to_pylist(),
+                    batch.column("value").to_pylist(),
+                    map(decode_headers, batch.column("headers").to_pylist()),
+                ),
+                strict=True,
+            )
+        )
+        if partitions[0] == partitions[-1] and len(set(partitions)) == 1:
+            found.setdefault(partitions[0], []).extend(records)
+        else:
+            for partition, record in zip(partitions, records, strict=True):
+                found.setdefault(partition, []).append(record)
+    for records in found.values():
+        records.sort(key=_offset)
+    return found
+
+
+def _offset(item: tuple[int, EventRecord]) -> int:
+    return item[0]
+
+
 def fold_partition(
     projection: Projection,
     writer: RocksDBWriter,
-    rows: list[dict[str, Any]],
+    records: Records,
     changelog: tuple[Producer, str, int] | None,
 ) -> tuple[int, int] | None:
-    """Fold ``rows`` (one partition, offset order) into ``writer``; returns (applied, offset)."""
+    """Fold ``records`` (one partition, offset order) into ``writer``; returns (applied, offset)."""
     applied_offset = writer.applied_offset()
-    fresh = [r for r in rows if applied_offset is None or r["offset"] > applied_offset]
+    fresh = records
+    if applied_offset is not None:
+        fresh = records[bisect.bisect_right(records, applied_offset, key=_offset) :]
     if not fresh:
         return None
     changed: dict[bytes, bytes | None] = {}
-    for row in fresh:
-        record = EventRecord(
-            key=row["key"],
-            value=row["value"],
-            headers=tuple((h["name"], h["value"]) for h in row["headers"] or ()),
-        )
-        new_value = projection.apply(writer.get(record.key), record)
+    apply, get = projection.apply, writer.get
+    for _, record in fresh:
+        new_value = apply(get(record.key), record)
         if new_value is None:
             writer.delete(record.key)
         else:
             writer.put(record.key, new_value)
         changed[record.key] = new_value
-    last_offset = int(fresh[-1]["offset"])
+    last_offset = fresh[-1][0]
     changelog_offset = None
     if changelog is not None:
         producer, topic, partition = changelog
@@ -106,14 +156,19 @@ def fold_partition(
                 landed.append(message.offset())
 
         for key, value in changed.items():
-            producer.produce(
-                topic,
-                key=key,
-                value=value,
-                partition=partition,
-                headers=closing if key == last_key else headers,
-                on_delivery=on_delivery,
-            )
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        key=key,
+                        value=value,
+                        partition=partition,
+                        headers=closing if key == last_key else headers,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.01)
         if producer.flush(30) or errors:
             raise BrokerUnavailable(f"changelog {topic}/{partition} not acknowledged: {errors[:3]}")
         # Stored with the state, so a later restore knows where in the changelog to resume.
@@ -135,34 +190,31 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
         state_dir = Path(self.options["state_dir"])
         source_topic = self.options["source_topic"]
         changelog_topic = self.options.get("changelog_topic")
-        # Spark may merge Arrow batches of several Kafka partitions: split them again.
-        by_partition: dict[int, list[dict[str, Any]]] = {}
-        for batch in iterator:
-            for row in batch.to_pylist():
-                by_partition.setdefault(row["partition"], []).append(row)
         result = FoldResult()
         producer = _producer(self.options["bootstrap"]) if changelog_topic else None
         owned_path = self.options.get("owned")
         owned = read_owned(Path(owned_path)) if owned_path else None
-        for partition, rows in sorted(by_partition.items()):
-            if owned is not None and partition not in owned:
-                # Moved to another instance since the batch was planned: leave it to the new
-                # owner, which resumes from the offset stored with the state.
-                continue
-            rows.sort(key=lambda r: r["offset"])
-            writer = open_writer(
-                partition_path(state_dir, projection.store, partition),
-                identity=f"{source_topic}/{partition}",
-            )
-            try:
-                changelog = (
-                    (producer, changelog_topic, partition) if producer and changelog_topic else None
+        with gc_paused():
+            for partition, records in sorted(records_by_partition(iterator).items()):
+                if owned is not None and partition not in owned:
+                    # Moved to another instance since the batch was planned: leave it to the new
+                    # owner, which resumes from the offset stored with the state.
+                    continue
+                writer = open_writer(
+                    partition_path(state_dir, projection.store, partition),
+                    identity=f"{source_topic}/{partition}",
                 )
-                done = fold_partition(projection, writer, rows, changelog)
-            finally:
-                writer.close()
-            if done is not None:
-                result.applied[partition] = done
+                try:
+                    changelog = (
+                        (producer, changelog_topic, partition)
+                        if producer and changelog_topic
+                        else None
+                    )
+                    done = fold_partition(projection, writer, records, changelog)
+                finally:
+                    writer.close()
+                if done is not None:
+                    result.applied[partition] = done
         return result
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -1,6 +1,9 @@
 """A Spark streaming source over Kafka (Spark's Python Data Source API on confluent-kafka).
 
-One Spark input partition per Kafka partition; offsets are ``{"<partition>": next offset}``.
+Offsets are ``{"<partition>": next offset}``. A micro-batch becomes as many Spark tasks as
+there are cores (option ``tasks``), each reading whole Kafka partitions, or a single task when
+it is small (``single_task_records``): large batches (rebuilds) use every core, small ones
+(steady state) pay the per-task cost once.
 Spark's ``format("kafka")`` needs a connector jar that pyspark does not ship; this source needs
 nothing but confluent-kafka. The driver side learns end offsets from :class:`EndOffsets`.
 """
@@ -8,9 +11,10 @@ nothing but confluent-kafka. The driver side learns end offsets from :class:`End
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,18 +27,16 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
 from foldstream.offsets import EndOffsets
+from foldstream.projections.worker import gc_paused
 
-SCHEMA = (
-    "partition INT, offset BIGINT, key BINARY, value BINARY,"
-    " headers ARRAY<STRUCT<name: STRING, value: BINARY>>"
-)
+SCHEMA = "partition INT, offset BIGINT, key BINARY, value BINARY, headers BINARY"
 ARROW_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
         ("offset", pa.int64()),
         ("key", pa.binary()),
         ("value", pa.binary()),
-        ("headers", pa.list_(pa.struct([("name", pa.string()), ("value", pa.binary())]))),
+        ("headers", pa.binary()),
     ]
 )
 ROWS_PER_ARROW_BATCH = 10_000
@@ -53,54 +55,119 @@ def _consumer(bootstrap: str, fetch_wait_max_ms: int) -> Consumer:
 
 
 @dataclass(frozen=True)
-class KafkaRange(InputPartition):
+class KafkaRange:
     """Offsets ``[start, end)`` of one Kafka partition."""
 
     partition: int
     start: int
     end: int
 
+    @property
+    def size(self) -> int:
+        return self.end - self.start
 
-def read_range(
-    bootstrap: str, topic: str, span: KafkaRange, *, fetch_wait_max_ms: int = 10
+
+@dataclass(frozen=True)
+class KafkaRanges(InputPartition):
+    """The ranges one Spark task reads: whole Kafka partitions, never a part of one, so that
+    each partition is folded by one task in offset order."""
+
+    spans: tuple[KafkaRange, ...]
+
+
+def plan_tasks(spans: list[KafkaRange], tasks: int, single_task_records: int) -> list[KafkaRanges]:
+    """Group ``spans`` into at most ``tasks`` Spark tasks of about equal record counts.
+
+    Small micro-batches (up to ``single_task_records`` records in all) go to one task: each task
+    costs Python round trips and a store open per partition, which dominate small batches.
+    """
+    spans = [s for s in spans if s.size > 0]
+    if not spans:
+        return []
+    count = 1 if sum(s.size for s in spans) <= single_task_records else max(1, tasks)
+    groups: list[list[KafkaRange]] = [[] for _ in range(min(count, len(spans)))]
+    loads = [0] * len(groups)
+    for span in sorted(spans, key=lambda s: -s.size):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(span)
+        loads[lightest] += span.size
+    return [KafkaRanges(tuple(sorted(g, key=lambda s: s.partition))) for g in groups]
+
+
+def encode_headers(headers: list[tuple[str, bytes | None]] | None) -> bytes | None:
+    """A record's headers as one binary value (``marshal`` of ``((name, value), ...)``).
+
+    Spark converts every row between Arrow and its own format twice (reader to JVM, JVM to
+    writer); nested types (a list of structs) made that the largest CPU cost of a rebuild.
+    """
+    return marshal.dumps(tuple(headers)) if headers else None
+
+
+def decode_headers(encoded: bytes | None) -> tuple[tuple[str, bytes | None], ...]:
+    """The headers :func:`encode_headers` encoded."""
+    return marshal.loads(encoded) if encoded else ()  # type: ignore[no-any-return]
+
+
+def arrow_batch(messages: list[Any]) -> pa.RecordBatch:
+    """Kafka messages as an Arrow batch of :data:`ARROW_SCHEMA`, column by column."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([m.partition() for m in messages], pa.int32()),
+            pa.array([m.offset() for m in messages], pa.int64()),
+            pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([m.value() for m in messages], pa.binary()),
+            pa.array([encode_headers(m.headers()) for m in messages], pa.binary()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def read_ranges(
+    bootstrap: str, topic: str, spans: Sequence[KafkaRange], *, fetch_wait_max_ms: int = 10
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``span`` in offset order, as Arrow batches of :data:`ARROW_SCHEMA`."""
+    """The records of ``spans`` as Arrow batches of :data:`ARROW_SCHEMA`, each partition's in
+    offset order (one consumer fetches all the spans' partitions at once)."""
     consumer = _consumer(bootstrap, fetch_wait_max_ms)
-    consumer.assign([TopicPartition(topic, span.partition, span.start)])
-    columns: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
+    ends = {s.partition: s.end for s in spans if s.size > 0}
+    positions = {s.partition: s.start for s in spans if s.size > 0}
+    consumer.assign([TopicPartition(topic, p, positions[p]) for p in ends])
+    kept: list[Any] = []
+    paused: list[TopicPartition] = []
     deadline = time.monotonic() + READ_TIMEOUT_S
-    position = span.start
     try:
-        while position < span.end:
+        while any(positions[p] < end for p, end in ends.items()):
             if time.monotonic() > deadline:
+                stuck = {p: (positions[p], end) for p, end in ends.items() if positions[p] < end}
                 raise BrokerUnavailable(
-                    f"{topic}/{span.partition}: stuck at offset {position} of [{span.start}, "
-                    f"{span.end}) for {READ_TIMEOUT_S}s"
+                    f"{topic}: partitions stuck at (offset, end) {stuck} for {READ_TIMEOUT_S}s"
                 )
             for message in consume_available(consumer, ROWS_PER_ARROW_BATCH, 0.1):
                 error = message.error()
+                partition = message.partition()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         # Gaps (compaction, transaction markers) end a range early.
-                        position = max(position, message.offset())
+                        positions[partition] = max(positions[partition], message.offset())
                         continue
-                    raise BrokerUnavailable(f"{topic}/{span.partition}: {error}")
+                    raise BrokerUnavailable(f"{topic}/{partition}: {error}")
                 offset = message.offset()
-                position = offset + 1
-                if offset >= span.end:
-                    break
-                columns["partition"].append(span.partition)
-                columns["offset"].append(offset)
-                columns["key"].append(message.key())
-                columns["value"].append(message.value())
-                columns["headers"].append(
-                    [{"name": n, "value": v} for n, v in (message.headers() or ())]
-                )
-            full = len(columns["offset"]) >= ROWS_PER_ARROW_BATCH
-            if columns["offset"] and (full or position >= span.end):
-                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
-                columns = {name: [] for name in ARROW_SCHEMA.names}
+                if offset >= ends[partition]:
+                    positions[partition] = max(positions[partition], offset)
+                    continue
+                positions[partition] = offset + 1
+                kept.append(message)
+                if offset + 1 == ends[partition]:
+                    # Done with this partition: fetch no further records of it.
+                    paused.append(TopicPartition(topic, partition))
+                    consumer.pause(paused[-1:])
+            if len(kept) >= ROWS_PER_ARROW_BATCH:
+                yield arrow_batch(kept)
+                kept = []
+        if kept:
+            yield arrow_batch(kept)
     finally:
+        if paused:
+            consumer.resume(paused)  # the consumer is reused: leave no partition paused
         consumer.unassign()
 
 
@@ -118,6 +185,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.partitions_ = [int(p) for p in options["partitions"].split(",")]
         self.owned_path = Path(options["owned"])
         self.max_records = int(options.get("max_records_per_partition", "200000"))
+        self.tasks = int(options.get("tasks", "2"))
+        self.single_task_records = int(options.get("single_task_records", "5000"))
         self.fetch_wait_max_ms = int(options.get("fetch_wait_max_ms", "10"))
         self._ends: EndOffsets | None = None
         self._owned: dict[int, int] = {}
@@ -158,18 +227,22 @@ class KafkaStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_records)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        ranges = []
+        spans = []
         for p in sorted(end, key=int):
             first = int(start.get(p, self._owned.get(int(p), end[p])))
             if end[p] > first:
-                ranges.append(KafkaRange(int(p), first, end[p]))
-        return ranges
+                spans.append(KafkaRange(int(p), first, end[p]))
+        return list(plan_tasks(spans, self.tasks, self.single_task_records))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaRange)
-        return read_range(
-            self.bootstrap, self.topic, partition, fetch_wait_max_ms=self.fetch_wait_max_ms
-        )
+        assert isinstance(partition, KafkaRanges)
+        with gc_paused():
+            yield from read_ranges(
+                self.bootstrap,
+                self.topic,
+                partition.spans,
+                fetch_wait_max_ms=self.fetch_wait_max_ms,
+            )
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the sink stores source offsets with the state it writes."""
@@ -200,7 +273,7 @@ class KafkaSource(DataSource):
     """``spark.readStream.format("foldstream-kafka")`` with options ``bootstrap``, ``topic``,
     ``partitions`` (all of the topic's, comma-separated), ``owned`` (the path of the file
     naming the partitions to read, see :func:`write_owned`) and optionally
-    ``max_records_per_partition`` and ``fetch_wait_max_ms``."""
+    ``max_records_per_partition``, ``fetch_wait_max_ms``, ``tasks`` and ``single_task_records``."""
 
     @classmethod
     def name(cls) -> str:

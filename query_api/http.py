@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.errors import StoreNotFound
+from foldstream.query_api.batch import batch_route
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import error_response
 from foldstream.routing import Local, Locator, Redirect, parse_max_lag, redirect, unavailable
@@ -114,6 +115,7 @@ def query_routes(
         Route("/stores/{store}/keys/{key:path}", get_key),
         Route("/stores/{store}/owners/{key:path}", owners),
         Route("/cluster", cluster_map),
+        batch_route(readers, locator),
         Route("/health", health),
         Route("/ready", ready),
     ]

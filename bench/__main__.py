@@ -1,0 +1,390 @@
+"""``make bench`` / ``python -m bench [--quick] [--json PATH]``: every figure of issue 5 beside
+its reference, measured in one run on an embedded broker, printed as a table and written as JSON
+(``bench/results/<timestamp>.json`` unless ``--json`` says where)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from rich.console import Console
+
+from bench import commands, freshness, lookups, rebuild
+from bench.load import wrk_binary
+from bench.noop_stream import noop_batch_ms
+from bench.procs import PeakRss
+from bench.report import Figure, print_table, write_json
+from bench.workload import inventory_events, produce
+from foldstream.broker import EmbeddedBroker
+from foldstream.kafka import TopicSpec, ensure_topics
+from foldstream.process import InstanceProcess
+from foldstream.settings import Settings
+from foldstream.spark import FAST_CHECKPOINTS, JVM_OPTIONS, spark_session
+
+PARTITIONS = 4
+GB = 1e9
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _sizes(quick: bool) -> dict[str, Any]:
+    if quick:
+        return dict(
+            events=100_000,
+            keys=20_000,
+            lookup_keys=100_000,
+            seconds=3.0,
+            rounds=1,
+            rate=1000.0,
+            fresh_seconds=8.0,
+            noop_batches=15,
+            command_keys=2_000,
+        )
+    return dict(
+        events=2_000_000,
+        keys=100_000,
+        lookup_keys=1_000_000,
+        seconds=10.0,
+        rounds=2,
+        rate=1000.0,
+        fresh_seconds=30.0,
+        noop_batches=40,
+        command_keys=2_000,
+    )
+
+
+def _step(console: Console, what: str, run: Callable[[], Any]) -> Any:
+    started = time.perf_counter()
+    with console.status(what):
+        result = run()
+    console.print(f"[dim]{what}: {time.perf_counter() - started:.1f}s")
+    return result
+
+
+def rebuild_figures(
+    console: Console, bootstrap: str, tmp: Path, size: dict[str, Any]
+) -> tuple[list[Figure], dict[str, float]]:
+    settings = Settings(
+        service="rebuild",
+        bootstrap_servers=bootstrap,
+        state_dir=tmp / "rebuild",
+        partitions=PARTITIONS,
+    )
+    ensure_topics(
+        bootstrap,
+        [
+            TopicSpec(settings.events_topic, PARTITIONS),
+            TopicSpec(settings.changelog_topic(rebuild.STORE), PARTITIONS, compact=True),
+        ],
+    )
+    events, keys = size["events"], size["keys"]
+    _step(
+        console,
+        f"producing {events:,} events over {keys:,} products",
+        lambda: produce(bootstrap, settings.events_topic, inventory_events(keys, events)),
+    )
+    reference = _step(
+        console,
+        "reference: plain consumer fold",
+        lambda: rebuild.reference_fold(
+            bootstrap, settings.events_topic, PARTITIONS, tmp / "reference"
+        ),
+    )
+    started = time.perf_counter()
+    spark = _step(console, "starting Spark (local[2])", lambda: spark_session("local[2]", "bench"))
+    jvm_start = time.perf_counter() - started
+    try:
+        rate, spark_figures = _step(
+            console,
+            "projection rebuild through Spark",
+            lambda: rebuild.spark_rebuild(spark, settings, PARTITIONS),
+        )
+        for state in (tmp / "reference", settings.state_dir):
+            rebuild.check_stock(state, PARTITIONS, keys, events)
+        noop = _step(
+            console,
+            "do-nothing Python reader → writer micro-batches",
+            lambda: noop_batch_ms(spark, size["noop_batches"]),
+        )
+    finally:
+        spark.stop()
+    figure = Figure(
+        f"projection rebuild events/s ({events:,} events, {keys:,} keys, {PARTITIONS} partitions)",
+        rate,
+        "ev/s",
+        reference["events/s"],
+        "plain confluent-kafka consumer, same fold, 1 process",
+        (">=", 1.0),
+        note=(
+            f"from query start (JVM up; its start took {jvm_start:.1f}s); CPU: "
+            f"{spark_figures['events/CPU-s']:,.0f} ev/CPU-s vs reference "
+            f"{reference['events/CPU-s']:,.0f}; values checked against the events"
+        ),
+        details={**spark_figures, "reference": reference, "jvm start s": jvm_start},
+    )
+    return [figure], noop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument("--json", type=Path, help="where to write the results")
+    args = parser.parse_args()
+    size = _sizes(args.quick)
+    console = Console()
+    # Spark's Python workers import bench.noop_stream: they need the checkout on their path.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
+    )
+    wrk = wrk_binary(console)
+    figures: list[Figure] = []
+    rss: dict[str, float] = {}
+    started = time.time()
+    with (
+        EmbeddedBroker() as broker,
+        tempfile.TemporaryDirectory(prefix="foldstream-bench-") as name,
+    ):
+        tmp, bootstrap = Path(name), broker.bootstrap
+        rebuilt, noop = rebuild_figures(console, bootstrap, tmp, size)
+        figures += rebuilt
+        figures += _lookups(console, wrk, bootstrap, tmp, size, rss)
+        figures += _inventory(console, wrk, bootstrap, tmp, size, noop, rss)
+    figures.append(
+        Figure(
+            "peak RSS of one instance (JVM + Python workers + API)",
+            max(rss.values()) / GB,
+            "GB",
+            target=("<=", 1.5),
+            absolute=True,
+            note="; ".join(f"{k}: {v / GB:.2f} GB" for k, v in rss.items()),
+            details=rss,
+        )
+    )
+    figures += [
+        Figure(
+            name,
+            None,
+            "",
+            reference_name=reference,
+            target=target,
+            note="needs cluster — not measured (3 instances, partition map, standbys)",
+        )
+        for name, reference, target in (
+            (
+                "redirect-on-miss cost (server CPU per lookup, half the keys remote)",
+                "direct-to-owner requests",
+                ("<=", 1.35),
+            ),
+            (
+                "failover: kill -9 of 1 of 3 instances → all keys answerable",
+                "consumer-group session timeout",
+                ("<=", 2.0),
+            ),
+            ("restore from changelog events/s", "the rebuild rate above", (">=", 0.8)),
+        )
+    ]
+    run = {
+        "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "seconds": time.time() - started,
+        "sizes": size,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_1m_at_end": os.getloadavg()[0],
+            "python": platform.python_version(),
+        },
+        "spark": {
+            "checkpointFileManagerClass": FAST_CHECKPOINTS,
+            "jvm_options": JVM_OPTIONS,
+            "master": "local[2]",
+        },
+        "load_tool": "wrk" if wrk else "python (aiohttp)",
+    }
+    print_table(
+        console,
+        f"foldstream bench{' --quick' if args.quick else ''} — ratios are within this run",
+        figures,
+    )
+    console.print(f"written to {write_json(args.json, run, figures)}")
+
+
+def _lookups(
+    console: Console,
+    wrk: str | None,
+    bootstrap: str,
+    tmp: Path,
+    size: dict[str, Any],
+    rss: dict[str, float],
+) -> list[Figure]:
+    """A queryable topic (``LatestValue``) of ``lookup_keys`` keys, served by an instance."""
+    keys = size["lookup_keys"]
+    ensure_topics(
+        bootstrap,
+        [TopicSpec("supplier.prices", PARTITIONS), TopicSpec("supplier.ratings", PARTITIONS)],
+    )
+    # librdkafka's default partitioner is the store's declared "consistent" (CRC32).
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 500_000}
+    )
+
+    def load() -> None:
+        for n in range(keys):
+            while True:
+                try:
+                    producer.produce(
+                        "supplier.prices",
+                        key=b"k-%07d" % n,
+                        value=b'{"price":%d.%02d,"currency":"EUR"}' % (n % 997, n % 100),
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        assert producer.flush(120) == 0
+
+    _step(console, f"producing {keys:,} keys to a queryable topic", load)
+    instance = InstanceProcess(
+        bootstrap=bootstrap,
+        state_dir=tmp / "prices",
+        service="foldstream.examples.prices:service",
+        partitions=PARTITIONS,
+    )
+    with instance, PeakRss(_pid(instance)) as peak:
+        started = time.perf_counter()
+        _step(
+            console,
+            f"instance (queryable topic) folding {keys:,} keys",
+            lambda: instance.wait_ready(timeout=3600),
+        )
+        build = keys / (time.perf_counter() - started)
+        target = lookups.Target("instance", instance.url, _pid(instance))
+        figures = _step(
+            console,
+            "lookups: instance vs minimal app vs variants",
+            lambda: lookups.lookup_figures(
+                wrk,
+                target,
+                state_dir=tmp / "prices",
+                store="prices",
+                partitions=PARTITIONS,
+                partitioner="consistent",
+                keys=keys,
+                key_format="k-%07d",
+                seconds=size["seconds"],
+                rounds=size["rounds"],
+            ),
+        )
+    rss["instance serving a queryable topic"] = peak.peak
+    rss["instance serving a queryable topic (PSS)"] = peak.peak_pss
+    figures.append(
+        Figure(
+            f"queryable topic loaded into a fresh instance, {keys:,} keys",
+            build,
+            "keys/s",
+            note="info: instance start (JVM, Spark) included",
+        )
+    )
+    return figures  # type: ignore[no-any-return]
+
+
+def _inventory(
+    console: Console,
+    wrk: str | None,
+    bootstrap: str,
+    tmp: Path,
+    size: dict[str, Any],
+    noop: dict[str, float],
+    rss: dict[str, float],
+) -> list[Figure]:
+    """Freshness and command throughput on an inventory instance."""
+    instance = InstanceProcess(
+        bootstrap=bootstrap, state_dir=tmp / "inventory", partitions=PARTITIONS
+    )
+    with instance, PeakRss(_pid(instance)) as peak:
+        _step(console, "starting the inventory instance", lambda: instance.wait_ready(timeout=600))
+        tail = freshness.TailingFold(bootstrap, "inventory.events", PARTITIONS, tmp / "tail")
+        with tail:
+            client = _step(
+                console,
+                f"freshness at {size['rate']:,.0f} commands/s for {size['fresh_seconds']:g}s",
+                lambda: freshness.run_client(
+                    instance.url,
+                    rate=size["rate"],
+                    seconds=size["fresh_seconds"],
+                    keys=size["command_keys"],
+                ),
+            )
+        target = lookups.Target("inventory instance", instance.url, _pid(instance))
+        figures = _step(
+            console,
+            "command throughput vs lookups, same instance",
+            lambda: commands.command_figures(
+                wrk, instance, target, keys=size["command_keys"], seconds=size["seconds"]
+            ),
+        )
+    rss["inventory instance (freshness + commands)"] = peak.peak
+    rss["inventory instance (PSS)"] = peak.peak_pss
+    return _freshness_figures(client, tail, noop, size) + figures  # type: ignore[no-any-return]
+
+
+def _freshness_figures(
+    client: freshness.ClientResult,
+    tail: freshness.TailingFold,
+    noop: dict[str, float],
+    size: dict[str, Any],
+) -> list[Figure]:
+    seen = [p for p in client.probes if p.visible is not None]
+    served = [(p.visible - p.acknowledged) * 1e3 for p in seen if p.visible is not None]
+    tailed = [
+        max(0.0, (t - p.acknowledged) * 1e3)
+        for p in client.probes
+        if (t := tail.visible_at(p.partition, p.offset)) is not None
+    ]
+    batch = noop["median"]
+    achieved = client.sent / client.seconds if client.seconds else 0.0
+    common = (
+        f"{len(served)}/{len(client.probes)} probes seen; {achieved:,.0f} commands/s sent "
+        f"({client.failed} failed), ack p50 {freshness.percentile(client.ack_ms, 0.5):.1f} ms"
+    )
+    reference = f"do-nothing Python reader→writer batch (median, p90 {noop['p90']:.0f} ms)"
+    details = {"noop": noop, "served_ms": served, "tailing_ms": tailed}
+    figures = [
+        Figure(
+            "freshness p50: command ack → visible through the query API",
+            freshness.percentile(served, 0.5),
+            "ms",
+            batch,
+            reference,
+            ("<=", 2.0),
+            note=common,
+            details=details,
+        ),
+        Figure(
+            "freshness p99", freshness.percentile(served, 0.99), "ms", batch, reference, ("<=", 4.0)
+        ),
+    ]
+    if tailed:
+        figures.append(
+            Figure(
+                "reference: plain tailing consumer, same fold (p50 / p99 in note)",
+                freshness.percentile(tailed, 0.5),
+                "ms",
+                note=f"p99 {freshness.percentile(tailed, 0.99):.0f} ms; info",
+            )
+        )
+    return figures
+
+
+def _pid(instance: InstanceProcess) -> int:
+    assert instance.process is not None
+    return instance.process.pid
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Freshness: command acknowledged → value visible, at a steady command rate.
+
+The projection's figure is measured through the query API by a client process that sends
+commands open-loop at ``rate``/s and, for every ``probe_every``-th one, polls the key until its
+value reflects the command (``receive_shipment(1)`` only, so ``on_hand == version - 1`` then).
+The plain-consumer reference tails the same topic in the bench process, folds with the same
+``fold_partition`` into its own stores, and notes when each offset was committed: its freshness
+is that time minus the same commands' acknowledgement (``time.monotonic`` is system-wide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import multiprocessing
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench.workload import sku
+from foldstream.domain import EventRecord
+from foldstream.examples.inventory import service
+from foldstream.kafka import consume_available, consumer_config
+from foldstream.offsets import EndOffsets
+from foldstream.projections.sink import Records, fold_partition
+from foldstream.state import RocksDBWriter, partition_path
+
+IN_FLIGHT = 64
+
+
+@dataclass(frozen=True)
+class Probe:
+    partition: int
+    offset: int
+    acknowledged: float  # time.monotonic()
+    visible: float | None  # through the query API; None if never within the timeout
+
+
+@dataclass
+class ClientResult:
+    sent: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    ack_ms: list[float] = field(default_factory=list)
+    probes: list[Probe] = field(default_factory=list)
+
+
+def run_client(
+    url: str, *, rate: float, seconds: float, keys: int, probe_every: int = 50
+) -> ClientResult:
+    """Run :func:`_client` in a separate (spawned) process and return what it saw."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(_client, (url, rate, seconds, keys, probe_every))
+
+
+def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) -> ClientResult:
+    import aiohttp
+
+    result = ClientResult()
+    rng = random.Random(5)
+
+    async def probe(session: aiohttp.ClientSession, key: str, version: int) -> float | None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            async with session.get(f"{url}/stores/stock/keys/{key}") as response:
+                if response.status == 200:
+                    body = await response.json()
+                    if body["value"]["on_hand"] >= version - 1:
+                        return time.monotonic()
+            await asyncio.sleep(0.005)  # nothing to await: the API has no change feed
+        return None
+
+    async def command(session: aiohttp.ClientSession, n: int) -> None:
+        key = sku(rng.randrange(keys))
+        sent = time.monotonic()
+        try:
+            async with session.post(
+                f"{url}/commands/product/{key}/receive_shipment", json={"quantity": 1}
+            ) as response:
+                body = await response.json()
+                if response.status != 200:
+                    result.failed += 1
+                    return
+        except aiohttp.ClientError:
+            result.failed += 1
+            return
+        acknowledged = time.monotonic()
+        result.ack_ms.append((acknowledged - sent) * 1e3)
+        if n % probe_every == 0:
+            visible = await probe(session, key, body["events"][-1]["version"])
+            position = body["position"]
+            result.probes.append(
+                Probe(position["partition"], position["offset"], acknowledged, visible)
+            )
+
+    async def run() -> None:
+        # Open loop on schedule, but at most IN_FLIGHT commands outstanding: an instance that
+        # cannot keep up lowers the achieved rate (reported) instead of queueing in the client.
+        slots = asyncio.Semaphore(IN_FLIGHT)
+
+        async def limited(session: aiohttp.ClientSession, n: int) -> None:
+            try:
+                await command(session, n)
+            finally:
+                slots.release()
+
+        connector = aiohttp.TCPConnector(limit=IN_FLIGHT)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            tasks = []
+            started = time.monotonic()
+            for n in range(int(rate * seconds)):
+                delay = started + n / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # commands leave on schedule
+                await slots.acquire()
+                tasks.append(asyncio.create_task(limited(session, n)))
+            await asyncio.gather(*tasks)
+            result.seconds = time.monotonic() - started
+            result.sent = len(tasks)
+
+    asyncio.run(run())
+    return result
+
+
+class TailingFold:
+    """The reference: a plain consumer tailing ``topic`` from its end (found before any command
+    is sent), folding each poll batch
+    and partition with ``fold_partition`` (one WriteBatch of values + offset, writers kept
+    open), noting ``(time, last offset)`` of every commit per partition."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, state_dir: Path) -> None:
+        self.projection = service.projection("stock")
+        self.writers = {
+            p: RocksDBWriter(partition_path(state_dir, "stock", p), identity=f"{topic}/{p}")
+            for p in range(partitions)
+        }
+        self.commits: dict[int, list[tuple[int, float]]] = {p: [] for p in range(partitions)}
+        ends = EndOffsets(bootstrap, topic, list(range(partitions)))
+        try:
+            starts = ends.ends()  # read from data: right even where the broker under-reports
+        finally:
+            ends.close()
+        self.consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=10))
+        self.consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tailing-fold", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            by_partition: dict[int, Records] = {}
+            for message in consume_available(self.consumer, 10_000, 0.05):
+                if message.error() is None:
+                    record = EventRecord(
+                        message.key(), message.value(), tuple(message.headers() or ())
+                    )
+                    by_partition.setdefault(message.partition(), []).append(
+                        (message.offset(), record)
+                    )
+            for partition, records in by_partition.items():
+                done = fold_partition(self.projection, self.writers[partition], records, None)
+                if done is not None:
+                    self.commits[partition].append((done[1], time.monotonic()))
+
+    def visible_at(self, partition: int, offset: int) -> float | None:
+        """When the commit holding ``offset`` of ``partition`` was written."""
+        commits = self.commits[partition]
+        index = bisect.bisect_left(commits, offset, key=lambda c: c[0])
+        return commits[index][1] if index < len(commits) else None
+
+    def __enter__(self) -> TailingFold:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.consumer.close()
+        for writer in self.writers.values():
+            writer.close()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]

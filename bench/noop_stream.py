@@ -1,0 +1,118 @@
+"""The reference micro-batch: a do-nothing Python Data Source stream reader (one new row per
+batch) into a do-nothing Python Arrow stream writer, in a session with the projection's settings
+(:func:`foldstream.spark.spark_session`)."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming import StreamingQueryListener
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class _Reader(DataSourceStreamReader):
+    def initialOffset(self) -> dict[str, int]:
+        return {"n": 0}
+
+    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        return {"n": start["n"] + 1}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(end["n"])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        yield (partition.value,)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class _Writer(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+class NoopSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench-noop"
+
+    def schema(self) -> str:
+        return "n INT"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _Reader()
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _Writer:
+        return _Writer()
+
+
+class _Batches(StreamingQueryListener):
+    """Sets ``done`` once the query reported ``batches`` micro-batches (or stopped)."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+        self.done = threading.Event()
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        if event.progress.batchId + 1 >= self.batches:
+            self.done.set()
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        self.done.set()
+
+
+def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> dict[str, float]:
+    """Median and p90 of the do-nothing query's batch time (ms), after ``warmup`` batches."""
+    spark.dataSource.register(NoopSource)
+    listener = _Batches(batches + warmup)
+    spark.streams.addListener(listener)
+    with tempfile.TemporaryDirectory(prefix="bench-noop-") as checkpoint:
+        query = (
+            spark.readStream.format("bench-noop")
+            .load()
+            .writeStream.format("bench-noop")
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        try:
+            if not listener.done.wait(600):
+                raise TimeoutError("the do-nothing query did not run its batches in 600s")
+            progress = query.recentProgress
+        finally:
+            query.stop()
+            spark.streams.removeListener(listener)
+    times = sorted(p["durationMs"]["triggerExecution"] for p in progress[warmup:])
+    return {
+        "median": statistics.median(times),
+        "p90": times[int(len(times) * 0.9)],
+        "batches": len(times),
+    }

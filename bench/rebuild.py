@@ -1,0 +1,110 @@
+"""Projection rebuild events/s: the Spark projection folding a whole events topic into empty
+stores, beside a single-process plain confluent-kafka consumer running the same fold."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench.procs import cpu_by_kind
+from bench.workload import expected_on_hand, sku
+from foldstream.domain import EventRecord
+from foldstream.examples.inventory import service
+from foldstream.kafka import read_to_end
+from foldstream.projections.runner import ProjectionRunner
+from foldstream.projections.sink import Records, fold_partition
+from foldstream.settings import Settings
+from foldstream.state import RocksDBReader, RocksDBWriter, partition_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SERVICE_PATH = "foldstream.examples.inventory:service"
+STORE = "stock"
+
+
+def reference_fold(
+    bootstrap: str, topic: str, partitions: int, state_dir: Path
+) -> dict[str, float]:
+    """events/s (and per CPU-second) of a plain consumer: per poll batch and partition, the same
+    ``fold_partition`` (decode, fold, one WriteBatch of values + source offset), no changelog."""
+    projection = service.projection(STORE)
+    writers = {
+        p: RocksDBWriter(partition_path(state_dir, STORE, p), identity=f"{topic}/{p}")
+        for p in range(partitions)
+    }
+    folded = 0
+    cpu = time.process_time()
+    started = time.perf_counter()
+    for batch in read_to_end(bootstrap, topic, partitions):
+        by_partition: dict[int, Records] = {}
+        for message in batch:
+            record = EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
+            by_partition.setdefault(message.partition(), []).append((message.offset(), record))
+        for partition, records in by_partition.items():
+            done = fold_partition(projection, writers[partition], records, None)
+            folded += done[0] if done else 0
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    for writer in writers.values():
+        writer.close()
+    return {"events/s": folded / elapsed, "events/CPU-s": folded / cpu, "seconds": elapsed}
+
+
+def spark_rebuild(
+    spark: SparkSession, settings: Settings, partitions: int
+) -> tuple[float, dict[str, float]]:
+    """events/s of the projection from query start until every partition is folded (the JVM
+    is already up); also Spark's own figures of the query."""
+    runner = ProjectionRunner(
+        spark=spark,
+        settings=settings,
+        service_path=SERVICE_PATH,
+        projections=[service.projection(STORE)],
+        partitions={settings.events_topic: partitions},
+    )
+    cpu_before = cpu_by_kind(os.getpid())
+    started = time.perf_counter()
+    runner.start()
+    query = runner.queries[STORE]
+    try:
+        query.processAllAvailable()  # returns once every offset the source knew is committed
+        elapsed = time.perf_counter() - started
+        progress = query.recentProgress
+    finally:
+        runner.stop()
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_kind(os.getpid()).items()}
+    rows = sum(p["numInputRows"] for p in progress)
+    batches = [p for p in progress if p["numInputRows"]]
+    spark_figures = {
+        "seconds": elapsed,
+        "events/CPU-s": rows / sum(v for k, v in cpu.items() if k != "broker"),
+        **{f"cpu s: {kind}": seconds for kind, seconds in sorted(cpu.items())},
+        "micro-batches with data": len(batches),
+        "rows": rows,
+        "mean batch ms": sum(p["durationMs"]["triggerExecution"] for p in batches)
+        / max(1, len(batches)),
+    }
+    return rows / elapsed, spark_figures
+
+
+def check_stock(
+    state_dir: Path, partitions: int, keys: int, events: int, samples: int = 200
+) -> None:
+    """Raise unless sampled products hold the stock their events add up to."""
+    from foldstream.kafka import partition_for
+
+    readers = [RocksDBReader(partition_path(state_dir, STORE, p)) for p in range(partitions)]
+    try:
+        for key in random.sample(range(keys), min(samples, keys)):
+            raw = sku(key).encode()
+            value = readers[partition_for(raw, partitions)].get(raw)
+            expected = f'{{"on_hand":{expected_on_hand(key, keys, events)}}}'.encode()
+            if value != expected:
+                raise AssertionError(f"{state_dir}: {raw!r} holds {value!r}, expected {expected!r}")
+    finally:
+        for reader in readers:
+            reader.close()

@@ -1,0 +1,207 @@
+"""Query servers run beside an instance, as separate processes over the same stores.
+
+``minimal``: the reference — the least a Starlette + uvicorn app does to answer a GET by key
+from RocksDB (a rocksdict get, stored bytes as they are) and a batch of keys.
+``foldstream-uvicorn`` / ``foldstream-granian``: foldstream's own query routes
+(:func:`foldstream.query_api.query_routes`) without the rest of an instance, served by uvicorn or
+granian — variants that show what the HTTP server costs per lookup.
+
+    python -m bench.servers KIND --state-dir DIR --store S --partitions N --partitioner P --port N
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from json.encoder import encode_basestring_ascii
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from foldstream.errors import FoldstreamError
+from foldstream.kafka import Partitioner, partition_for
+
+KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian")
+
+
+def minimal_app(
+    state_dir: Path, store: str, partitions: int, partitioner: Partitioner
+) -> Starlette:
+    """GET ``/stores/{store}/keys/{key}`` and POST ``/stores/{store}/keys``, nothing else."""
+    from rocksdict import AccessType, Options, Rdict
+
+    from foldstream.state import partition_path
+
+    dbs = [
+        Rdict(
+            str(partition_path(state_dir, store, p)),
+            options=Options(raw_mode=True),
+            access_type=AccessType.read_only(),
+        )
+        for p in range(partitions)
+    ]
+
+    async def get_key(request: Request) -> Response:
+        key = request.path_params["key"]
+        raw = key.encode()
+        value = dbs[partition_for(raw, partitions, partitioner)].get(raw)
+        if value is None:
+            return Response(b'{"error":"no such key"}', 404, media_type="application/json")
+        body = b'{"key":' + encode_basestring_ascii(key).encode() + b',"value":' + value + b"}"
+        return Response(body, media_type="application/json")
+
+    async def get_keys(request: Request) -> Response:
+        found = []
+        for key in json.loads(await request.body()):
+            raw = key.encode()
+            value = dbs[partition_for(raw, partitions, partitioner)].get(raw)
+            if value is not None:
+                found.append(encode_basestring_ascii(key).encode() + b":" + value)
+        return Response(b'{"values":{' + b",".join(found) + b"}}", media_type="application/json")
+
+    async def health(request: Request) -> Response:
+        return Response(b'{"status":"alive"}', media_type="application/json")
+
+    return Starlette(
+        routes=[
+            Route(f"/stores/{store}/keys/{{key:path}}", get_key),
+            Route(f"/stores/{store}/keys", get_keys, methods=["POST"]),
+            Route("/health", health),
+        ]
+    )
+
+
+def foldstream_app() -> Starlette:
+    """foldstream's query routes over the stores named by ``BENCH_QUERY_*`` (a granian factory)."""
+    from foldstream.query_api import StoreReaders, query_routes
+
+    env = os.environ
+    readers = StoreReaders(
+        Path(env["BENCH_QUERY_STATE_DIR"]),
+        {
+            env["BENCH_QUERY_STORE"]: (
+                int(env["BENCH_QUERY_PARTITIONS"]),
+                env["BENCH_QUERY_PARTITIONER"],
+            )
+        },  # type: ignore[dict-item]
+    )
+    return Starlette(routes=query_routes(lambda: readers, lambda: (True, {})))
+
+
+class ServerProcess:
+    """``python -m bench.servers KIND ...`` on ``port``; stopped by its own PID."""
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        state_dir: Path,
+        store: str,
+        partitions: int,
+        partitioner: str,
+        port: int,
+    ) -> None:
+        self.kind = kind
+        self.url = f"http://127.0.0.1:{port}"
+        self.args = [
+            sys.executable, "-m", "bench.servers", kind, "--state-dir", str(state_dir),
+            "--store", store, "--partitions", str(partitions), "--partitioner", partitioner,
+            "--port", str(port),
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def __enter__(self) -> ServerProcess:
+        root = str(Path(__file__).resolve().parent.parent)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        }
+        self.process = subprocess.Popen(self.args, env=env, stdin=subprocess.DEVNULL)
+        wait_http(f"{self.url}/health", self.process)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def wait_http(
+    url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 60
+) -> None:
+    """Wait until ``url`` answers 200 (a server's port opens only once it is up)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        if process is not None and process.poll() is not None:
+            raise FoldstreamError(f"{url}: server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise FoldstreamError(f"{url} did not answer within {timeout}s")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--partitioner", default="murmur2")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    if args.kind == "minimal":
+        import uvicorn
+
+        app: Any = minimal_app(args.state_dir, args.store, args.partitions, args.partitioner)
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+        return
+    os.environ.update(
+        BENCH_QUERY_STATE_DIR=str(args.state_dir),
+        BENCH_QUERY_STORE=args.store,
+        BENCH_QUERY_PARTITIONS=str(args.partitions),
+        BENCH_QUERY_PARTITIONER=args.partitioner,
+    )
+    if args.kind == "foldstream-uvicorn":
+        import uvicorn
+
+        uvicorn.run(foldstream_app(), host="127.0.0.1", port=args.port, log_level="warning")
+        return
+    from granian import Granian
+    from granian.constants import Interfaces
+
+    Granian(
+        "bench.servers:foldstream_app",
+        port=args.port,
+        interface=Interfaces.ASGI,
+        factory=True,
+        log_enabled=False,
+    ).serve()
+
+
+if __name__ == "__main__":
+    main()

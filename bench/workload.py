@@ -1,0 +1,83 @@
+"""Event streams for the benchmarks, in exactly the records the command side appends.
+
+Encoding millions of events one aggregate at a time would dominate the run, so each kind of
+event is encoded once with :class:`EventCodec` and reused with each key's own id and version
+(event values do not hold the aggregate id; headers do).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+
+from confluent_kafka import Producer
+
+from foldstream.domain import EventCodec, EventRecord
+from foldstream.domain.records import HEADER_ID, HEADER_VERSION
+from foldstream.examples.inventory.domain import Product
+from foldstream.kafka import producer_config
+
+QUANTITIES = 9
+
+
+def sku(n: int) -> str:
+    return f"sku-{n:07d}"
+
+
+def _templates() -> tuple[EventRecord, list[EventRecord]]:
+    """A ``Product.Created`` record and ``ShipmentReceived`` records of quantity 1..9."""
+    codec = EventCodec()
+    product = Product(id="template")
+    for quantity in range(1, QUANTITIES + 1):
+        product.receive_shipment(quantity=quantity)
+    created, *shipments = (codec.encode(e) for e in product.collect_events())
+    return created, shipments
+
+
+def inventory_events(keys: int, events: int) -> Iterator[EventRecord]:
+    """``events`` records over ``keys`` products, round-robin: every product is created, then
+    receives shipments; product ``n``'s ``v``-th shipment holds ``(n + v) % 9 + 1`` items."""
+    created, shipments = _templates()
+    for n in range(events):
+        key, version = n % keys, n // keys + 1
+        template = created if version == 1 else shipments[(key + version) % QUANTITIES]
+        headers = tuple(
+            (name, str(version).encode())
+            if name == HEADER_VERSION
+            else (name, uuid.uuid4().hex.encode())
+            if name == HEADER_ID
+            else (name, value)
+            for name, value in template.headers
+        )
+        yield EventRecord(sku(key).encode(), template.value, headers)
+
+
+def expected_on_hand(key: int, keys: int, events: int) -> int:
+    """The stock of product ``key`` after :func:`inventory_events` (``keys``, ``events``)."""
+    versions = (events - key + keys - 1) // keys  # events of this key
+    return sum((key + v) % QUANTITIES + 1 for v in range(2, versions + 1))
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[EventRecord]) -> int:
+    """Append ``records`` to ``topic`` (partitioned by key, murmur2); returns how many."""
+    producer = Producer(
+        producer_config(
+            bootstrap,
+            linger_ms=20,
+            **{"batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000},
+        )
+    )
+    sent = 0
+    for record in records:
+        while True:
+            try:
+                producer.produce(
+                    topic, key=record.key, value=record.value, headers=list(record.headers)
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        sent += 1
+    if producer.flush(120):
+        raise RuntimeError(f"{topic}: not every benchmark record was acknowledged")
+    return sent

@@ -1,0 +1,85 @@
+"""Batch lookups: ``POST /stores/{store}/keys`` with a JSON list of keys.
+
+Answers ``{"values": {"<key>": <stored JSON>, ...}, "missing": ["<key>", ...], "elsewhere":
+{"<owner url>": ["<key>", ...]}, "unavailable": ["<key>", ...]}``: values of the keys whose
+partitions this instance serves, built from the stored bytes as they are (no decoding and
+re-encoding), the keys another instance owns grouped by its URL (send them there), and the keys
+nobody can answer right now (retry). One request amortises the HTTP cost over many keys.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from foldstream.errors import StoreNotFound
+from foldstream.query_api.stores import StoreReaders
+from foldstream.responses import error_response
+from foldstream.routing import Local, Location, Locator, Redirect
+
+MAX_KEYS = 10_000
+
+
+def _keys(body: bytes) -> list[str] | str:
+    """The requested keys, or what is wrong with the body."""
+    try:
+        keys = json.loads(body)
+    except ValueError as exc:
+        return f"malformed JSON: {exc}"
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        return "the body must be a JSON list of keys (strings)"
+    if len(keys) > MAX_KEYS:
+        return f"at most {MAX_KEYS} keys per request, got {len(keys)}"
+    return keys
+
+
+def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locator]) -> Route:
+    """``POST /stores/{store}/keys`` over the readers returned by ``readers()``."""
+
+    async def get_keys(request: Request) -> Response:
+        store = request.path_params["store"]
+        keys = _keys(await request.body())
+        if isinstance(keys, str):
+            return error_response(400, keys)
+        current = readers()
+        try:
+            topic = current.info(store).topic
+        except StoreNotFound as exc:
+            return error_response(404, str(exc))
+        route = locator()
+        locations: dict[int, Location] = {}
+        found: list[bytes] = []
+        missing: list[str] = []
+        elsewhere: dict[str, list[str]] = {}
+        unavailable: list[str] = []
+        for key in dict.fromkeys(keys):
+            raw = key.encode()
+            partition = current.partition(store, raw)
+            location = locations.get(partition)
+            if location is None:
+                location = locations[partition] = route.locate(topic, partition)
+            if isinstance(location, Redirect):
+                elsewhere.setdefault(location.url, []).append(key)
+                continue
+            if not isinstance(location, Local):
+                unavailable.append(key)
+                continue
+            value = current.get(store, partition, raw)
+            if value is None:
+                missing.append(key)
+            else:
+                found.append(encode_basestring_ascii(key).encode() + b":" + value)
+        body = b'{"values":{%s},"missing":%s,"elsewhere":%s,"unavailable":%s}' % (
+            b",".join(found),
+            json.dumps(missing).encode(),
+            json.dumps(elsewhere).encode(),
+            json.dumps(unavailable).encode(),
+        )
+        return Response(body, media_type="application/json")
+
+    return Route("/stores/{store}/keys", get_keys, methods=["POST"])

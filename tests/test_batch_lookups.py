@@ -1,0 +1,65 @@
+"""``POST /stores/{store}/keys``: many keys per request, values exactly as stored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+
+from foldstream.kafka import partition_for
+from foldstream.query_api import StoreReaders, query_routes
+from foldstream.state import RocksDBWriter, partition_path
+
+
+def call(app: Starlette, method: str, path: str, body: bytes) -> tuple[int, Any]:
+    """One request through the ASGI app, without a server."""
+    sent: list[dict[str, Any]] = []
+    request = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return request.pop(0) if request else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+    }
+    asyncio.run(app(scope, receive, send))
+    payload = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], json.loads(payload)
+
+
+def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path) -> None:
+    stored = {"a": b'{"n":1}', "b\u00e9": b'"text"', "c": b"[1,2]"}
+    for key, value in stored.items():
+        partition = partition_for(key.encode(), 2)
+        writer = RocksDBWriter(partition_path(tmp_path, "kv", partition), identity=f"t/{partition}")
+        writer.put(key.encode(), value)
+        writer.commit(0)
+        writer.close()
+    readers = StoreReaders(tmp_path, {"kv": (2, "murmur2")})
+    app = Starlette(routes=query_routes(lambda: readers, lambda: (True, {})))
+    try:
+        status, body = call(
+            app, "POST", "/stores/kv/keys", json.dumps(["a", "b\u00e9", "zz", "c"]).encode()
+        )
+        assert status == 200
+        assert body == {
+            "values": {"a": {"n": 1}, "b\u00e9": "text", "c": [1, 2]},
+            "missing": ["zz"],
+        }
+        assert call(app, "POST", "/stores/nope/keys", b'["a"]')[0] == 404
+        for bad in (b"{", b'{"a": 1}', b"[1]"):
+            status, body = call(app, "POST", "/stores/kv/keys", bad)
+            assert status == 400 and body["error"]
+    finally:
+        readers.close()
