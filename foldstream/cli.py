@@ -83,11 +83,21 @@ def demo(
     service: Annotated[str, typer.Option(help="import path of the Service")] = DEFAULT_SERVICE,
     commands: Annotated[int, typer.Option(help="how many commands to send")] = 300,
     partitions: Annotated[int, typer.Option()] = 6,
+    instances: Annotated[
+        int, typer.Option(help="instances to run; with 2 or more the demo shows routing")
+    ] = 3,
 ) -> None:
-    """Start a broker and an instance, send random commands; print queried vs folded values."""
+    """Start a broker and a cluster, send random commands; print queried vs folded values, then
+    show a redirect, a standby read and a kill -9 failover."""
     from foldstream.demo import run_demo
 
-    raise typer.Exit(run_demo(service=service, commands=commands, partitions=partitions))
+    if instances < 1:
+        raise typer.BadParameter("at least 1", param_hint="--instances")
+    raise typer.Exit(
+        run_demo(
+            service=service, commands=commands, partitions=partitions, instances_count=instances
+        )
+    )
 
 
 @cli.command()

@@ -18,11 +18,6 @@ from foldstream.process import InstanceProcess, http
 FAILOVER_TIMEOUT_S = 60.0
 
 
-def _served(url: str, path: str, **query: object) -> tuple[int, Any]:
-    suffix = "&".join(f"{k}={v}" for k, v in query.items())
-    return http("GET", f"{url}{path}{'?' + suffix if suffix else ''}", follow_redirects=False)
-
-
 def _wait_answered(
     urls: Sequence[str], store: str, expected: Mapping[str, Any], timeout: float
 ) -> bool:
@@ -56,7 +51,7 @@ def tour(
     table.add_column("what happened")
     ok = True
 
-    status, moved = _served(stranger.url, path)
+    status, moved = http("GET", f"{stranger.url}{path}", follow_redirects=False)
     status_after, body = http("GET", f"{stranger.url}{path}")
     redirected = status == 307 and moved["location"].startswith(owner.url)
     ok &= redirected and status_after == 200 and body["value"] == expected[key]
@@ -68,8 +63,13 @@ def tour(
 
     standby_urls = [s["url"] for s in owners["standbys"]]
     if standby_urls:
-        status, body = http("GET", f"{standby_urls[0]}{path}?max_lag=0")
-        served = body.get("served_by", {}) if isinstance(body, dict) else {}
+        deadline = time.monotonic() + 10  # the standby applies the changelog's last batches
+        while True:
+            status, body = http("GET", f"{standby_urls[0]}{path}?max_lag=0")
+            served = body.get("served_by", {}) if isinstance(body, dict) else {}
+            if served.get("role") == "standby" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         ok &= status == 200 and served.get("role") == "standby"
         table.add_row(
             "standby read (?max_lag=0)", f"{standby_urls[0]} → {status}, served by {served}"

@@ -23,9 +23,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 from foldstream.broker import EmbeddedBroker
+from foldstream.cluster_tour import tour
 from foldstream.domain import commands_of
 from foldstream.errors import ConfigurationError
-from foldstream.process import InstanceProcess, http
+from foldstream.process import InstanceProcess, http, wait_cluster_stable
 from foldstream.projections.reference import fold_topic
 from foldstream.service import Service, load_service
 from foldstream.settings import Settings
@@ -80,7 +81,12 @@ def command_menu(service: Service) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def run_demo(
-    *, service: str = DEFAULT_SERVICE, commands: int = 300, partitions: int = 6, seed: int = 7
+    *,
+    service: str = DEFAULT_SERVICE,
+    commands: int = 300,
+    partitions: int = 6,
+    instances_count: int = 3,
+    seed: int = 7,
 ) -> int:
     """Run the demo; returns the exit code (0 when every queried value is as expected)."""
     console = Console()
@@ -94,27 +100,45 @@ def run_demo(
         _bootstrap(console) as bootstrap,
         tempfile.TemporaryDirectory(prefix="foldstream-demo-") as tmp,
     ):
-        instance = InstanceProcess(
-            bootstrap=bootstrap,
-            state_dir=Path(tmp) / "state",
-            service=service,
-            partitions=partitions,
-            log_path=Path(tmp) / "instance.log",
-        )
-        with instance:
-            with console.status(f"starting {definition.name} (Spark, projections, API)…"):
+        stack = contextlib.ExitStack()
+        instances = [
+            stack.enter_context(
+                InstanceProcess(
+                    bootstrap=bootstrap,
+                    state_dir=Path(tmp) / f"state-{n}",
+                    service=service,
+                    partitions=partitions,
+                    log_path=Path(tmp) / f"instance-{n}.log",
+                )
+            )
+            for n in range(instances_count)
+        ]
+        instance = instances[0]
+        with stack:
+            with console.status(
+                f"starting {instances_count} instance(s) of {definition.name} "
+                "(Spark, projections, API)…"
+            ):
                 started = time.monotonic()
-                instance.wait_ready()
-            console.print(f"instance ready at {instance.url} in {time.monotonic() - started:.1f}s")
+                for each in instances:
+                    each.wait_ready()
+                if instances_count > 1:
+                    wait_cluster_stable(instances)
+            console.print(
+                f"{instances_count} instance(s) ready at {', '.join(i.url for i in instances)} "
+                f"in {time.monotonic() - started:.1f}s"
+            )
             with Progress(console=console, transient=True) as progress:
                 task = progress.add_task("sending commands", total=commands)
                 for _ in range(commands):
                     aggregate, command, kinds = rng.choice(menu)
                     aggregate_id = f"{aggregate}-{rng.randrange(IDS_PER_AGGREGATE):03d}"
                     arguments = {p: _random_value(k, rng) for p, k in kinds.items()}
+                    # Any instance will do: one that does not own the aggregate redirects (307).
+                    target = instances[len(sent_ids) % instances_count]
                     status, body = http(
                         "POST",
-                        f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}",
+                        f"{target.url}/commands/{aggregate}/{aggregate_id}/{command}",
                         arguments,
                     )
                     sent_ids.add(aggregate_id)
@@ -137,30 +161,38 @@ def run_demo(
             folded_after = time.monotonic() - sent_at
             queried = _wait_for(instance.url, stores, sorted(sent_ids), timeout=60)
             visible_after = time.monotonic() - sent_at
-        table = Table(title=f"stores after {accepted} accepted and {rejected} rejected commands")
-        for column in ("store", "key", "folded from the events", "queried", ""):
-            table.add_column(column)
-        mismatches = 0
-        for store, expected in stores.items():
-            for key in sorted(sent_ids):
-                want, got = expected.get(key), queried[store].get(key)
-                ok = want == got
-                mismatches += not ok
-                table.add_row(
-                    store, key, str(want), str(got), "[green]ok" if ok else "[red]MISMATCH"
-                )
-        console.print(table)
-        console.print(
-            f"queried values matched the fold {visible_after:.2f}s after the last command was "
-            f"acknowledged (reading the events back for the fold took {folded_after:.2f}s)"
-        )
-        if mismatches:
-            console.print(
-                f"[red]{mismatches} mismatches; instance log tail:\n{instance.log_tail()}"
+            table = Table(
+                title=f"stores after {accepted} accepted and {rejected} rejected commands"
             )
-            return 1
-        console.print("[green]demo passed")
-        return 0
+            for column in ("store", "key", "folded from the events", "queried", ""):
+                table.add_column(column)
+            mismatches = 0
+            for store, expected in stores.items():
+                for key in sorted(sent_ids):
+                    want, got = expected.get(key), queried[store].get(key)
+                    ok = want == got
+                    mismatches += not ok
+                    table.add_row(
+                        store, key, str(want), str(got), "[green]ok" if ok else "[red]MISMATCH"
+                    )
+            console.print(table)
+            console.print(
+                f"queried values matched the fold {visible_after:.2f}s after the last command was "
+                f"acknowledged (reading the events back for the fold took {folded_after:.2f}s)"
+            )
+            if mismatches:
+                console.print(
+                    f"[red]{mismatches} mismatches; instance log tail:\n{instance.log_tail()}"
+                )
+                return 1
+            if instances_count > 1 and stores:
+                store = next(iter(stores))
+                values = {k: v for k, v in stores[store].items() if v is not None}
+                if not tour(console, instances, store, values):
+                    console.print("[red]the cluster tour failed; see the table above")
+                    return 1
+            console.print("[green]demo passed")
+            return 0
 
 
 def _wait_for(

@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,35 @@ def _group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def cluster_stable(instances: Sequence[InstanceProcess], *, standbys: bool = True) -> bool:
+    """Whether every instance sees exactly these members, a live owner for every partition
+    and, with ``standbys``, a caught-up standby copy of each."""
+    urls = {i.url for i in instances}
+    for instance in instances:
+        status, view = http("GET", f"{instance.url}/cluster", timeout=5)
+        if status != 200 or {m["url"] for m in view["instances"]} != urls:
+            return False
+        for partitions in view["partitions"].values():
+            for entry in partitions.values():
+                if entry["active"] not in urls:
+                    return False
+                if standbys and not any(s["lag"] == 0 for s in entry["standbys"]):
+                    return False
+    return True
+
+
+def wait_cluster_stable(
+    instances: Sequence[InstanceProcess], *, standbys: bool = True, timeout: float = 120.0
+) -> None:
+    """Wait until :func:`cluster_stable`; raise with the first instance's map if it never is."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if cluster_stable(instances, standbys=standbys):
+                return
+        time.sleep(0.1)
+    raise FoldstreamError(
+        f"cluster not stable after {timeout}s: {http('GET', f'{instances[0].url}/cluster')}"
+    )

@@ -17,7 +17,7 @@ from kafka import KafkaProducer
 from foldstream.broker import EmbeddedBroker
 from foldstream.examples.storefront import RATINGS_TOPIC
 from foldstream.kafka import TopicSpec, ensure_topics, partition_for
-from foldstream.process import InstanceProcess, http
+from foldstream.process import InstanceProcess, http, wait_cluster_stable
 
 PARTITIONS = 4
 RATINGS_PARTITIONS = 5
@@ -46,21 +46,6 @@ def wait_until(condition: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} not reached in {timeout}s; last: {last}")
 
 
-def stable(instances: list[InstanceProcess], standbys: bool = True) -> bool:
-    """Every instance sees all members, an owner for every partition, and warm standbys."""
-    urls = {i.url for i in instances}
-    for instance in instances:
-        view = cluster_view(instance)
-        if {m["url"] for m in view["instances"]} != urls:
-            return False
-        for entry in view["partitions"][EVENTS].values():
-            if entry["active"] not in urls:
-                return False
-            if standbys and not any(s["lag"] == 0 for s in entry["standbys"]):
-                return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def cluster(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     root = tmp_path_factory.mktemp("cluster")
@@ -80,7 +65,7 @@ def cluster(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) ->
             instance.start()
         for instance in instances:
             instance.wait_ready()
-        wait_until(lambda: stable(instances), 90, "a stable 3-instance cluster")
+        wait_cluster_stable(instances)
         for n, sku in enumerate(SKUS):
             status, body = http(
                 "POST",
@@ -267,7 +252,7 @@ def test_kill_9_of_an_owner_under_query_load(cluster: Any, record_property: Any)
     assert set(statuses) <= {200, 307, 503}, statuses
     assert recovered_s < 30  # a generous bound: the measured figure is reported above
     # The survivors now own every partition.
-    wait_until(lambda: stable(survivors, standbys=False), 30, "a stable 2-instance cluster")
+    wait_cluster_stable(survivors, standbys=False, timeout=30)
 
 
 def test_instance_with_lost_state_restores_from_the_changelog(cluster: Any) -> None:
@@ -278,7 +263,7 @@ def test_instance_with_lost_state_restores_from_the_changelog(cluster: Any) -> N
     assert not Path(restarted.state_dir).exists()
     restarted.start()
     restarted.wait_ready()
-    wait_until(lambda: stable(survivors, standbys=False), 60, "the restarted member serving")
+    wait_cluster_stable(survivors, standbys=False, timeout=60)
     view = cluster_view(restarted)
     mine = [s for s in SKUS if owner_url(view, s) == restarted.url]
     assert mine, "the restarted instance owns no partition"

@@ -32,7 +32,7 @@ from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
 from foldstream.examples.inventory import service
 from foldstream.kafka import TopicSpec, ensure_topics
 from foldstream.routing import LocalOnly
-from tests.kafka_reading import read_topic
+from foldstream.testing.kafka import read_topic
 
 PARTITIONS = 4
 

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from foldstream.domain import Aggregate, EventCodec, EventRecord
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import consume_available, consumer_config, producer_config
+from foldstream.kafka import consume_available, consumer_config, producer_config, read_to_end
 from foldstream.offsets import EndOffsets
 
 
@@ -128,3 +128,14 @@ class CommandWriter:
             raise TimeoutError(f"the writer did not finish within {timeout}s")
         if self.error is not None:
             raise self.error
+
+
+def read_topic(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, int, bytes, bytes | None, list[tuple[str, bytes]]]]:
+    """Every record of ``topic`` as (partition, offset, key, value, headers), to the end."""
+    return [
+        (m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or ()))
+        for batch in read_to_end(bootstrap, topic, partitions)
+        for m in batch
+    ]
