@@ -69,6 +69,7 @@ def spark_rebuild(
     cpu_before = cpu_by_kind(os.getpid())
     started = time.perf_counter()
     runner.start()
+    runner.run({settings.events_topic: range(partitions)})
     query = runner.queries[STORE]
     try:
         query.processAllAvailable()  # returns once every offset the source knew is committed
