@@ -11,6 +11,8 @@ from starlette.applications import Starlette
 
 from foldstream.kafka import partition_for
 from foldstream.query_api import StoreReaders, query_routes
+from foldstream.query_api.stores import StoreInfo
+from foldstream.routing import LocalOnly
 from foldstream.state import RocksDBWriter, partition_path
 
 
@@ -46,8 +48,13 @@ def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path) -> None:
         writer.put(key.encode(), value)
         writer.commit(0)
         writer.close()
-    readers = StoreReaders(tmp_path, {"kv": (2, "murmur2")})
-    app = Starlette(routes=query_routes(lambda: readers, lambda: (True, {})))
+    readers = StoreReaders(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
+    owned = {0, 1}
+    app = Starlette(
+        routes=query_routes(
+            lambda: readers, lambda: LocalOnly(lambda: owned), lambda: (True, {}), dict
+        )
+    )
     try:
         status, body = call(
             app, "POST", "/stores/kv/keys", json.dumps(["a", "b\u00e9", "zz", "c"]).encode()
@@ -56,7 +63,14 @@ def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path) -> None:
         assert body == {
             "values": {"a": {"n": 1}, "b\u00e9": "text", "c": [1, 2]},
             "missing": ["zz"],
+            "elsewhere": {},
+            "unavailable": [],
         }
+        # Keys of partitions this instance does not serve are never answered from its copy.
+        owned.discard(partition_for(b"a", 2))
+        status, body = call(app, "POST", "/stores/kv/keys", b'["a"]')
+        assert status == 200 and body["values"] == {} and body["unavailable"] == ["a"]
+        owned.add(partition_for(b"a", 2))
         assert call(app, "POST", "/stores/nope/keys", b'["a"]')[0] == 404
         for bad in (b"{", b'{"a": 1}', b"[1]"):
             status, body = call(app, "POST", "/stores/kv/keys", bad)
