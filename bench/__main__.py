@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import commands, freshness, lookups, rebuild
+from bench import cluster, commands, freshness, lookups, rebuild
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
 from bench.procs import PeakRss
@@ -46,6 +46,8 @@ def _sizes(quick: bool) -> dict[str, Any]:
             fresh_seconds=8.0,
             noop_batches=15,
             command_keys=2_000,
+            cluster_keys=20_000,
+            cluster_lookups=4_000,
         )
     return dict(
         events=2_000_000,
@@ -57,6 +59,8 @@ def _sizes(quick: bool) -> dict[str, Any]:
         fresh_seconds=30.0,
         noop_batches=40,
         command_keys=2_000,
+        cluster_keys=200_000,
+        cluster_lookups=40_000,
     )
 
 
@@ -156,6 +160,17 @@ def main() -> None:
         figures += rebuilt
         figures += _lookups(console, wrk, bootstrap, tmp, size, rss)
         figures += _inventory(console, wrk, bootstrap, tmp, size, noop, rss)
+        figures += _step(
+            console,
+            "3-instance cluster: redirects, failover, restore",
+            lambda: cluster.cluster_figures(
+                bootstrap,
+                tmp,
+                keys=size["cluster_keys"],
+                lookups=size["cluster_lookups"],
+                rebuild_rate=rebuilt[0].value,
+            ),
+        )
     figures.append(
         Figure(
             "peak RSS of one instance (JVM + Python workers + API)",
@@ -167,29 +182,6 @@ def main() -> None:
             details=rss,
         )
     )
-    figures += [
-        Figure(
-            name,
-            None,
-            "",
-            reference_name=reference,
-            target=target,
-            note="needs cluster — not measured (3 instances, partition map, standbys)",
-        )
-        for name, reference, target in (
-            (
-                "redirect-on-miss cost (server CPU per lookup, half the keys remote)",
-                "direct-to-owner requests",
-                ("<=", 1.35),
-            ),
-            (
-                "failover: kill -9 of 1 of 3 instances → all keys answerable",
-                "consumer-group session timeout",
-                ("<=", 2.0),
-            ),
-            ("restore from changelog events/s", "the rebuild rate above", (">=", 0.8)),
-        )
-    ]
     run = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),

@@ -1,0 +1,188 @@
+"""Cluster figures: redirect-on-miss cost, failover time and restore-from-changelog rate.
+
+Three instances of the storefront example share a queryable topic of ``keys`` keys. The
+redirect figure compares the server CPU per lookup (every instance's API process, idle CPU
+subtracted) of a client sending half its lookups to a non-owner that answers 307 against a
+smart client that routes by the published cluster map.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import aiohttp
+from confluent_kafka import Producer
+
+from bench.procs import cpu_seconds
+from bench.report import Figure
+from foldstream.changelog import StoreLayout, restore
+from foldstream.examples.storefront import RATINGS_TOPIC
+from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
+from foldstream.process import InstanceProcess, http, wait_cluster_stable
+
+PARTITIONS = 6
+SESSION_TIMEOUT_S = 3.0
+
+
+def _load_ratings(bootstrap: str, keys: int) -> None:
+    producer = Producer(producer_config(bootstrap, linger_ms=20))  # murmur2, like Java clients
+    for n in range(keys):
+        while True:
+            try:
+                producer.produce(RATINGS_TOPIC, key=b"v-%07d" % n, value=b"%d stars" % (n % 5))
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+async def _get_all(urls: list[str], connections: int = 32) -> int:
+    """GET every URL (following redirects) with ``connections`` concurrent clients."""
+    queue = list(urls)
+    done = 0
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal done
+        while queue:
+            async with session.get(queue.pop()) as response:
+                await response.read()
+                if response.status != 200:
+                    raise AssertionError(f"{response.url}: {response.status}")
+                done += 1
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections)) as s:
+        await asyncio.gather(*(worker(s) for _ in range(connections)))
+    return done
+
+
+def _server_cpu_per_lookup(instances: list[InstanceProcess], urls: list[str]) -> float:
+    """Server CPU µs per lookup over ``urls``, the API processes' idle CPU subtracted."""
+    pids = [i.process.pid for i in instances if i.process is not None]
+
+    def cpu() -> float:
+        return sum(cpu_seconds(pid, tree=False) for pid in pids)
+
+    idle_start, started = cpu(), time.perf_counter()
+    time.sleep(2.0)
+    idle_rate = (cpu() - idle_start) / (time.perf_counter() - started)
+    before, started = cpu(), time.perf_counter()
+    done = asyncio.run(_get_all(urls))
+    elapsed = time.perf_counter() - started
+    return (cpu() - before - idle_rate * elapsed) / done * 1e6
+
+
+def _owners(instance: InstanceProcess) -> dict[int, str]:
+    _, view = http("GET", f"{instance.url}/cluster")
+    return {int(p): e["active"] for p, e in view["partitions"][RATINGS_TOPIC].items()}
+
+
+def cluster_figures(
+    bootstrap: str, tmp: Path, keys: int, lookups: int, rebuild_rate: float | None
+) -> list[Figure]:
+    ensure_topics(bootstrap, [TopicSpec(RATINGS_TOPIC, PARTITIONS)])
+    _load_ratings(bootstrap, keys)
+    instances = [
+        InstanceProcess(
+            bootstrap=bootstrap,
+            state_dir=tmp / f"cluster-{n}",
+            service="foldstream.examples.storefront:service",
+            partitions=PARTITIONS,
+            session_timeout_ms=int(SESSION_TIMEOUT_S * 1000),
+        )
+        for n in range(3)
+    ]
+    figures: list[Figure] = []
+    try:
+        for instance in instances:
+            instance.start()
+        for instance in instances:
+            instance.wait_ready(timeout=600)
+        wait_cluster_stable(instances, timeout=600)
+        owners = _owners(instances[0])
+        rng = random.Random(7)
+        sample = [b"v-%07d" % rng.randrange(keys) for _ in range(lookups)]
+        path = "/stores/ratings/keys/"
+        direct = [owners[partition_for(k, PARTITIONS)] + path + k.decode() for k in sample]
+        front = instances[0].url
+        local = [k for k in sample if owners[partition_for(k, PARTITIONS)] == front]
+        remote = [k for k in sample if owners[partition_for(k, PARTITIONS)] != front]
+        half = min(len(local), len(remote))
+        chosen = local[:half] + remote[:half]
+        mixed = [front + path + k.decode() for k in chosen]
+        mixed_direct = [owners[partition_for(k, PARTITIONS)] + path + k.decode() for k in chosen]
+        smart = _server_cpu_per_lookup(instances, mixed_direct)
+        redirected = _server_cpu_per_lookup(instances, mixed)
+        figures.append(
+            Figure(
+                "redirect-on-miss cost (server CPU per lookup, half the keys remote)",
+                redirected,
+                "µs",
+                smart,
+                "smart client routing by /cluster (direct to owner)",
+                ("<=", 1.35),
+                note=f"{len(mixed):,} lookups over 3 instances; all instances' API processes",
+                details={"direct all keys µs": _server_cpu_per_lookup(instances, direct)},
+            )
+        )
+        figures.append(_failover(instances, sample[:200]))
+        figures.append(_restore(bootstrap, tmp, rebuild_rate))
+    finally:
+        for instance in instances:
+            instance.stop()
+    return figures
+
+
+def _failover(instances: list[InstanceProcess], sample: list[bytes]) -> Figure:
+    victim, survivors = instances[0], instances[1:]
+    expected = {k: f"{int(k[2:]) % 5} stars" for k in sample}
+    killed_at = time.monotonic()
+    victim.kill()
+    pending = {(s.url, k) for s in survivors for k in expected}
+    while pending and time.monotonic() - killed_at < 120:
+        for url, key in sorted(pending):
+            try:
+                status, body = http("GET", f"{url}/stores/ratings/keys/{key.decode()}", timeout=5)
+            except OSError:
+                continue
+            if status == 200:
+                assert body["value"] == expected[key], body
+                pending.discard((url, key))
+    took = time.monotonic() - killed_at
+    return Figure(
+        "failover: kill -9 of 1 of 3 instances → all keys answerable",
+        None if pending else took,
+        "s",
+        SESSION_TIMEOUT_S,
+        "consumer-group session timeout",
+        ("<=", 2.0),
+        note=f"{len(sample)} keys checked from both survivors; 1 standby",
+    )
+
+
+def _restore(bootstrap: str, tmp: Path, rebuild_rate: float | None) -> Figure:
+    layout = StoreLayout(RATINGS_TOPIC, "inventory.ratings.changelog")
+    started = time.perf_counter()
+    records = sum(
+        restore(
+            bootstrap=bootstrap,
+            state_dir=tmp / "restored",
+            store="ratings",
+            layout=layout,
+            partition=p,
+        )
+        for p in range(PARTITIONS)
+    )
+    rate = records / (time.perf_counter() - started)
+    return Figure(
+        "restore from changelog events/s",
+        rate,
+        "rec/s",
+        rebuild_rate,
+        "the projection rebuild rate above",
+        (">=", 0.8),
+        note=f"{records:,} changelog records into an empty state directory, 1 process",
+        details={"records": records},
+    )
