@@ -43,18 +43,18 @@ def batch_route(readers: Callable[[], StoreReaders]) -> Route:
         keys = _keys(await request.body())
         if isinstance(keys, str):
             return error_response(400, keys)
-        current = readers()
-        found: list[bytes] = []
-        missing: list[str] = []
+        unique = list(dict.fromkeys(keys))
         try:
-            for key in dict.fromkeys(keys):
-                value = current.get(store, key.encode())
-                if value is None:
-                    missing.append(key)
-                else:
-                    found.append(encode_basestring_ascii(key).encode() + b":" + value)
+            values = readers().get_many(store, [key.encode() for key in unique])
         except StoreNotFound as exc:
             return error_response(404, str(exc))
+        found: list[bytes] = []
+        missing: list[str] = []
+        for key, value in zip(unique, values, strict=True):
+            if value is None:
+                missing.append(key)
+            else:
+                found.append(encode_basestring_ascii(key).encode() + b":" + value)
         body = b'{"values":{%s},"missing":%s}' % (
             b",".join(found),
             json.dumps(missing).encode(),

@@ -33,6 +33,18 @@ class StoreReaders:
         partition = self.partition(store, key)
         return self._readers[store][partition].get(key)
 
+    def get_many(self, store: str, keys: list[bytes]) -> list[bytes | None]:
+        """The values of ``keys`` in ``store`` (None where missing): one read per partition."""
+        by_partition: dict[int, list[int]] = {}
+        for index, key in enumerate(keys):
+            by_partition.setdefault(self.partition(store, key), []).append(index)
+        values: list[bytes | None] = [None] * len(keys)
+        for partition, indexes in by_partition.items():
+            found = self._readers[store][partition].get_many([keys[i] for i in indexes])
+            for index, value in zip(indexes, found, strict=True):
+                values[index] = value
+        return values
+
     def next_offsets(self, store: str) -> dict[int, int]:
         """``{partition: first source offset not yet in the store}``, freshly read."""
         readers = self._readers[store]
