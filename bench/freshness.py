@@ -118,6 +118,9 @@ def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) 
                 if delay > 0:
                     await asyncio.sleep(delay)  # commands leave on schedule
                 await slots.acquire()
+                if time.monotonic() - started > seconds:
+                    slots.release()
+                    break  # the run lasts ``seconds``, whatever rate the instance sustains
                 tasks.append(asyncio.create_task(limited(session, n)))
             await asyncio.gather(*tasks)
             result.seconds = time.monotonic() - started

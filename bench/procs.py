@@ -90,21 +90,53 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def _own_cpu(pid: int) -> float | None:
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 class CpuMeter:
     """CPU seconds a process tree (``seconds``) and its root alone (``root_seconds``) spend
-    between ``__enter__`` and ``__exit__``."""
+    between ``__enter__`` and ``__exit__``.
 
-    def __init__(self, pid: int) -> None:
+    Each process's own utime + stime is sampled every ``interval`` seconds: a process that
+    exits (Spark recycles Python workers) keeps what it was last seen to use, which counting
+    ``cutime`` cannot promise (children reaped with SIGCHLD ignored are never added to it).
+    """
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
         self.pid = pid
+        self.interval = interval
         self.seconds = self.root_seconds = 0.0
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+
+    def _sample(self, *, first: bool = False) -> None:
+        for member in process_tree(self.pid):
+            used = _own_cpu(member)
+            if used is None:
+                continue
+            # A process born during the measurement spent all its CPU inside it.
+            self._first.setdefault(member, used if first else 0.0)
+            self._last[member] = used
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
 
     def __enter__(self) -> CpuMeter:
-        self._start = cpu_seconds(self.pid), cpu_seconds(self.pid, tree=False)
+        self._sample(first=True)
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.seconds = cpu_seconds(self.pid) - self._start[0]
-        self.root_seconds = cpu_seconds(self.pid, tree=False) - self._start[1]
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        self.seconds = sum(self._last[p] - self._first[p] for p in self._last)
+        self.root_seconds = self._last.get(self.pid, 0.0) - self._first.get(self.pid, 0.0)
 
 
 def pss_bytes(pid: int) -> int:

@@ -117,6 +117,9 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        # The JVM plans micro-batches and passes Arrow batches through: half the default heap
+        # is plenty and keeps an instance's tree within its memory budget.
+        .config("spark.driver.memory", "512m")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")

@@ -49,7 +49,14 @@ def _consumer(bootstrap: str, fetch_wait_max_ms: int) -> Consumer:
     # Python workers are reused across tasks: one consumer per worker saves a connect per task.
     consumer = _consumers.get(bootstrap)
     if consumer is None:
-        consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+        consumer = Consumer(
+            consumer_config(
+                bootstrap,
+                fetch_wait_max_ms=fetch_wait_max_ms,
+                # librdkafka prefetches up to 64 MB per consumer by default: RSS of every reader.
+                **{"queued.max.messages.kbytes": 16384},
+            )
+        )
         _consumers[bootstrap] = consumer
     return consumer
 
@@ -184,7 +191,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.topic = options["topic"]
         self.partitions_ = [int(p) for p in options["partitions"].split(",")]
         self.owned_path = Path(options["owned"])
-        self.max_records = int(options.get("max_records_per_partition", "200000"))
+        # Bounds a micro-batch: a writer holds its task's records in memory (≈0.7 KB each).
+        self.max_records = int(options.get("max_records_per_partition", "100000"))
         self.tasks = int(options.get("tasks", "2"))
         self.single_task_records = int(options.get("single_task_records", "5000"))
         self.fetch_wait_max_ms = int(options.get("fetch_wait_max_ms", "10"))

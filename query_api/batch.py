@@ -57,23 +57,25 @@ def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locat
         missing: list[str] = []
         elsewhere: dict[str, list[str]] = {}
         unavailable: list[str] = []
+        local: dict[int, list[str]] = {}
         for key in dict.fromkeys(keys):
-            raw = key.encode()
-            partition = current.partition(store, raw)
+            partition = current.partition(store, key.encode())
             location = locations.get(partition)
             if location is None:
                 location = locations[partition] = route.locate(topic, partition)
             if isinstance(location, Redirect):
                 elsewhere.setdefault(location.url, []).append(key)
-                continue
-            if not isinstance(location, Local):
-                unavailable.append(key)
-                continue
-            value = current.get(store, partition, raw)
-            if value is None:
-                missing.append(key)
+            elif isinstance(location, Local):
+                local.setdefault(partition, []).append(key)
             else:
-                found.append(encode_basestring_ascii(key).encode() + b":" + value)
+                unavailable.append(key)
+        for partition, wanted in local.items():
+            values = current.get_many(store, partition, [k.encode() for k in wanted])
+            for key, value in zip(wanted, values, strict=True):
+                if value is None:
+                    missing.append(key)
+                else:
+                    found.append(encode_basestring_ascii(key).encode() + b":" + value)
         body = b'{"values":{%s},"missing":%s,"elsewhere":%s,"unavailable":%s}' % (
             b",".join(found),
             json.dumps(missing).encode(),

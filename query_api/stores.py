@@ -74,6 +74,14 @@ class StoreReaders:
             return self._standby_read(store, partition, key)
         return self._reader(store, partition).get(key)
 
+    def get_many(
+        self, store: str, partition: int, keys: list[bytes], *, standby: bool = False
+    ) -> list[bytes | None]:
+        """Values of ``keys`` (all of ``partition``) from one copy, in one multi-get."""
+        if standby:
+            return [self.get(store, partition, key, standby=True) for key in keys]
+        return self._reader(store, partition).get_many(keys)
+
     def next_offset(self, store: str, partition: int) -> int:
         """The first source offset not yet in the active copy, freshly read."""
         reader = self._reader(store, partition)

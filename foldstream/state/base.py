@@ -18,6 +18,10 @@ class PartitionReader(ABC):
     def get(self, key: bytes) -> bytes | None:
         """The stored value of ``key``, or None."""
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The stored values of ``keys`` (None where missing), in their order."""
+        return [self.get(key) for key in keys]
+
     @abstractmethod
     def applied_offset(self) -> int | None:
         """The last source offset reflected in the state, or None before the first commit."""

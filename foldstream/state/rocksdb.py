@@ -171,3 +171,9 @@ class RocksDBReader(_RocksDBPartition):
         if time.monotonic() - self._checked_at > self._max_staleness:
             self.refresh()
         return super().get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if time.monotonic() - self._checked_at > self._max_staleness:
+            self.refresh()
+        values: list[bytes | None] = self._db.get(keys)  # one multi-get
+        return values
