@@ -83,18 +83,27 @@ def minimal_app(
 def foldstream_app() -> Starlette:
     """foldstream's query routes over the stores named by ``BENCH_QUERY_*`` (a granian factory)."""
     from foldstream.query_api import StoreReaders, query_routes
+    from foldstream.query_api.stores import StoreInfo
+    from foldstream.routing import LocalOnly
 
     env = os.environ
+    partitions = int(env["BENCH_QUERY_PARTITIONS"])
     readers = StoreReaders(
         Path(env["BENCH_QUERY_STATE_DIR"]),
         {
-            env["BENCH_QUERY_STORE"]: (
-                int(env["BENCH_QUERY_PARTITIONS"]),
-                env["BENCH_QUERY_PARTITIONER"],
+            env["BENCH_QUERY_STORE"]: StoreInfo(
+                "bench",
+                partitions,
+                env["BENCH_QUERY_PARTITIONER"],  # type: ignore[arg-type]
             )
-        },  # type: ignore[dict-item]
+        },
     )
-    return Starlette(routes=query_routes(lambda: readers, lambda: (True, {})))
+    owned = frozenset(range(partitions))
+    return Starlette(
+        routes=query_routes(
+            lambda: readers, lambda: LocalOnly(lambda: owned), lambda: (True, {}), dict
+        )
+    )
 
 
 class ServerProcess:
