@@ -80,6 +80,7 @@ class ClusterNode:
         self._restoring: set[tuple[str, int]] = set()
         self._lag: dict[str, int] = {}
         self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
+        self._last_spans: dict[tuple[str, int], tuple[int, int]] = {}
         self._routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}
         self._epoch = 0
         self._lock = threading.RLock()
@@ -307,9 +308,17 @@ class ClusterNode:
 
     def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
         """``end - applied``, or 0 when only offsets without records (transaction markers) lie
-        between them; a span found empty is remembered until the offsets move."""
-        if end <= applied or self._empty_spans.get((topic, partition)) == (applied, end):
+        between them; a span found empty is remembered until the offsets move.
+
+        Probing the span costs a consumer, so it is done only for a span that did not move
+        since the last measurement: a projection at work moves it on every batch.
+        """
+        span = (applied, end)
+        if end <= applied or self._empty_spans.get((topic, partition)) == span:
             return 0
+        last, self._last_spans[(topic, partition)] = self._last_spans.get((topic, partition)), span
+        if last != span:
+            return end - applied
         bootstrap = self.settings.bootstrap_servers
         if holds_records(bootstrap, topic, partition, applied, end, timeout=1.0):
             return end - applied
