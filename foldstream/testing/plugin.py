@@ -8,8 +8,9 @@ Load it from the project's root ``conftest.py`` and name the service under test:
     def foldstream_service() -> str:
         return "my_service.query_api:service"
 
-It loads the step library (:mod:`foldstream.testing.steps`) as well, so feature files can use
-its sentences with nothing but ``scenarios(...)`` in a test module.
+It loads the step library (:mod:`foldstream.testing.steps` and, for clusters of instances,
+:mod:`foldstream.testing.cluster_steps`) as well, so feature files can use its sentences with
+nothing but ``scenarios(...)`` in a test module.
 """
 
 from __future__ import annotations
@@ -20,16 +21,19 @@ from pathlib import Path
 import pytest
 
 from foldstream.broker import EmbeddedBroker
-from foldstream.process import InstanceProcess
+from foldstream.process import InstanceProcess, wait_cluster_stable
 
-pytest_plugins = ["foldstream.testing.steps"]
+pytest_plugins = ["foldstream.testing.steps", "foldstream.testing.cluster_steps"]
 
 
 class InstancePool:
-    """Instances started on first use, one per service path, all stopped by :meth:`close`.
+    """Instances started on first use, all stopped by :meth:`close`: one per service path
+    (:meth:`get`), and clusters of several instances of a service (:meth:`cluster`).
 
-    An instance found dead (killed by a scenario that failed before restarting it) is started
-    again, so one scenario's crash does not fail the next ones.
+    An instance found dead (killed by a scenario that failed before restarting it, or on
+    purpose) is started again, so one scenario's crash does not fail the next ones. Do not mix
+    :meth:`get` and :meth:`cluster` of one service in a module: the single instance would join
+    the cluster's consumer group.
     """
 
     def __init__(self, *, bootstrap: str, root: Path, partitions: int) -> None:
@@ -37,28 +41,50 @@ class InstancePool:
         self.root = root
         self.partitions = partitions
         self._running: dict[str, InstanceProcess] = {}
+        self._clusters: dict[tuple[str, int], list[InstanceProcess]] = {}
+
+    def _new(self, service: str, state_dir: str) -> InstanceProcess:
+        name = service.replace(":", ".").replace(".", "-")
+        return InstanceProcess(
+            bootstrap=self.bootstrap,
+            state_dir=self.root / name / state_dir,
+            service=service,
+            partitions=self.partitions,
+        )
+
+    @staticmethod
+    def _start_dead(instances: list[InstanceProcess]) -> None:
+        """Start every instance that is not running, together, and wait until each is ready."""
+        dead = [i for i in instances if i.process is None or i.process.poll() is not None]
+        for instance in dead:
+            instance.start()
+        for instance in dead:
+            instance.wait_ready()
 
     def get(self, service: str) -> InstanceProcess:
         """The running, ready instance of ``service`` (``package.module:attribute``)."""
-        instance = self._running.get(service)
-        if instance is None:
-            name = service.replace(":", ".").replace(".", "-")
-            instance = InstanceProcess(
-                bootstrap=self.bootstrap,
-                state_dir=self.root / name / "state",
-                service=service,
-                partitions=self.partitions,
-            )
-            self._running[service] = instance
-        if instance.process is None or instance.process.poll() is not None:
-            instance.start()
-            instance.wait_ready()
+        if service not in self._running:
+            self._running[service] = self._new(service, "state")
+        instance = self._running[service]
+        self._start_dead([instance])
         return instance
 
+    def cluster(self, service: str, size: int) -> list[InstanceProcess]:
+        """``size`` running instances of ``service`` sharing its partitions, each with its own
+        state directory, once every partition has a live owner and a caught-up standby."""
+        members = self._clusters.get((service, size))
+        if members is None:
+            members = [self._new(service, f"cluster-{size}-{n}") for n in range(1, size + 1)]
+            self._clusters[(service, size)] = members
+        self._start_dead(members)
+        wait_cluster_stable(members)
+        return members
+
     def close(self) -> None:
-        for instance in self._running.values():
+        for instance in [*self._running.values(), *(i for c in self._clusters.values() for i in c)]:
             instance.stop()
         self._running.clear()
+        self._clusters.clear()
 
 
 @pytest.fixture(scope="session")
@@ -88,7 +114,8 @@ def foldstream_partitions() -> int:
 def instances(
     broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory, foldstream_partitions: int
 ) -> Iterator[InstancePool]:
-    """Running instances for this test module (starting one costs a JVM and Spark: ~15 s)."""
+    """Running instances and clusters for this test module (starting an instance costs a JVM
+    and Spark: ~15 s)."""
     pool = InstancePool(
         bootstrap=broker.bootstrap,
         root=tmp_path_factory.mktemp("instances"),

@@ -33,6 +33,10 @@ GET "/path" answers 200 with {...}``, ``Then the instance becomes ready``, ``The
 of store "s" holds the served value of every key``.
 
 Every waiting step waits for a condition (at most ``WAIT`` seconds), never for a fixed time.
+
+Sentences about clusters of instances (``Given a cluster of 3 instances of the service``,
+routing, standby reads, ``kill -9`` of an owner under query load, restarts with lost state) are
+in :mod:`foldstream.testing.cluster_steps`, loaded by the plugin too.
 """
 
 from __future__ import annotations

@@ -1,0 +1,59 @@
+@cluster
+Feature: A cluster of instances shares the partitions, and any instance answers any key
+  Instances of one service split the partitions through a Kafka consumer group and keep standby
+  copies from the changelogs. A lookup or command reaching an instance that does not own the
+  key's partition is sent to the owner (307); a standby answers only when the client accepts
+  its lag (max_lag); when an owner dies, its partitions move to the survivors.
+
+  Background:
+    Given the topic "supplier.ratings" has 5 partitions
+    And a cluster of 3 instances of the service "foldstream.examples.storefront:service"
+
+  Scenario: Every key is answered from any instance by the owner of its partition
+    Given products "route-1" to "route-30" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn
+    Then every key is answered in store "stock" from every instance by its owner
+
+  Scenario: Every instance names the owners the cluster map names
+    Given products "owner-1" to "owner-12" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn
+    Then the owners of every key in store "stock" agree with the cluster map
+
+  Scenario: A standby answers within max_lag, and otherwise sends the client to the owner
+    Given products "standby-1" to "standby-3" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn
+    Then a standby of "standby-1" answers it in store "stock" with max_lag 0
+    And without max_lag the standby sends the client to the owner
+
+  Scenario: A foreign topic's records are found through the router, where its producer put them
+    When a "java" producer writes these records to "supplier.ratings":
+      | key              | value   |
+      | cluster-vendor-1 | 1 stars |
+      | cluster-vendor-2 | 2 stars |
+      | cluster-vendor-3 | 3 stars |
+      | cluster-vendor-4 | 4 stars |
+      | cluster-vendor-5 | 5 stars |
+      | cluster-vendor-6 | 1 stars |
+      | cluster-vendor-7 | 2 stars |
+      | cluster-vendor-8 | 3 stars |
+      | cluster-vendor-9 | 4 stars |
+      | cluster-vendor-1 | 5 stars |
+    Then every record landed in the partition the "murmur2" partitioner gives its key
+    And every key is answered in store "ratings" from every instance by its owner
+
+  Scenario: Conflicting commands through different instances: exactly one is applied
+    Given product "contended-1" accepted "receive_shipment" with {"quantity": 10}
+    When 9 clients send "sell" with {"quantity": 7} to product "contended-1" at once, expecting version 2, through the instances in turn
+    Then exactly one succeeded and the others got 409
+    And the store "stock" returns {"on_hand": 3} for "contended-1"
+
+  @restart
+  Scenario: An instance that lost its state directory restores it from the changelog
+    Given products "restore-1" to "restore-30" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn
+    Then every key is answered in store "stock" from every instance by its owner
+    When instance 2 restarts with its state directory deleted
+    Then it serves its partitions of store "stock", restored from the changelog
+
+  Scenario: Killing an owner under query load: its keys are answered again, never wrongly
+    Given products "fail-1" to "fail-40" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn
+    When clients keep querying every key of store "stock" on every instance
+    And the owner of "fail-1" in store "stock" is killed with kill -9
+    Then every key is answered again within 30 seconds, with no wrong answer and only 200, 307 or 503 seen
+    And the 2 survivors own every partition
