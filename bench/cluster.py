@@ -163,7 +163,7 @@ def _failover(instances: list[InstanceProcess], sample: list[bytes]) -> Figure:
 
 
 def _restore(bootstrap: str, tmp: Path, rebuild_rate: float | None) -> Figure:
-    layout = StoreLayout(RATINGS_TOPIC, "inventory.ratings.changelog")
+    layout = StoreLayout(RATINGS_TOPIC, "storefront.ratings.changelog")
     started = time.perf_counter()
     records = sum(
         restore(

@@ -88,6 +88,7 @@ class ClusterNode:
         self._gains: queue.Queue[TopicPartitions | None] = queue.Queue()
         self._stopping = threading.Event()
         self._failure: str | None = None
+        self._started_at = time.monotonic()
         self.map = ClusterMap(
             bootstrap=settings.bootstrap_servers,
             topic=settings.cluster_topic,
@@ -413,7 +414,11 @@ class ClusterNode:
         if failure:
             return False, {"reason": failure}
         if not self.membership.wait_joined(0):
-            return False, {"reason": "joining the cluster"}
+            waited = time.monotonic() - self._started_at
+            return False, {
+                "reason": f"joining the cluster: no assignment from consumer group "
+                f"{self.settings.group_id!r} after {waited:.0f}s"
+            }
         with self._lock:
             restoring = sorted(self._restoring)
             serving = set(self._serving)

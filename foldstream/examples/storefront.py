@@ -1,4 +1,5 @@
-"""The inventory service (seed 002) plus a queryable topic it does not write (seed 003).
+"""A storefront: the inventory domain (seed 002) plus a queryable topic it does not write
+(seed 003), as a service of its own (topics ``storefront.*``).
 
 ``supplier.ratings`` is written by another team's Java-compatible producer (murmur2, text
 values); the store ``ratings`` serves its latest value per supplier, partitioned and routed
@@ -14,7 +15,7 @@ from foldstream.service import Service
 RATINGS_TOPIC = "supplier.ratings"
 
 service = Service(
-    name=inventory.service.name,
+    name="storefront",
     aggregates=inventory.service.aggregates,
     projections=[
         *inventory.service.projections,
