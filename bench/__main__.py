@@ -24,7 +24,7 @@ from bench.procs import PeakRss
 from bench.report import Figure, print_table, write_json
 from bench.workload import inventory_events, produce
 from foldstream.broker import EmbeddedBroker
-from foldstream.kafka import TopicSpec, ensure_topics
+from foldstream.kafka import TopicSpec, ensure_topics, produce_when_room
 from foldstream.process import InstanceProcess
 from foldstream.settings import Settings
 from foldstream.spark import FAST_CHECKPOINTS, JVM_OPTIONS, spark_session
@@ -231,16 +231,12 @@ def _lookups(
 
     def load() -> None:
         for n in range(keys):
-            while True:
-                try:
-                    producer.produce(
-                        "supplier.prices",
-                        key=b"k-%07d" % n,
-                        value=b'{"price":%d.%02d,"currency":"EUR"}' % (n % 997, n % 100),
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            produce_when_room(
+                producer,
+                "supplier.prices",
+                key=b"k-%07d" % n,
+                value=b'{"price":%d.%02d,"currency":"EUR"}' % (n % 997, n % 100),
+            )
         assert producer.flush(120) == 0
 
     _step(console, f"producing {keys:,} keys to a queryable topic", load)

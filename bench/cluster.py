@@ -20,7 +20,13 @@ from bench.procs import cpu_seconds
 from bench.report import Figure
 from foldstream.changelog import StoreLayout, restore
 from foldstream.examples.storefront import RATINGS_TOPIC
-from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
+from foldstream.kafka import (
+    TopicSpec,
+    ensure_topics,
+    partition_for,
+    produce_when_room,
+    producer_config,
+)
 from foldstream.process import InstanceProcess, http, wait_cluster_stable
 
 PARTITIONS = 6
@@ -30,12 +36,7 @@ SESSION_TIMEOUT_S = 3.0
 def _load_ratings(bootstrap: str, keys: int) -> None:
     producer = Producer(producer_config(bootstrap, linger_ms=20))  # murmur2, like Java clients
     for n in range(keys):
-        while True:
-            try:
-                producer.produce(RATINGS_TOPIC, key=b"v-%07d" % n, value=b"%d stars" % (n % 5))
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_room(producer, RATINGS_TOPIC, key=b"v-%07d" % n, value=b"%d stars" % (n % 5))
     assert producer.flush(120) == 0
 
 

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from foldstream.domain import EventCodec, EventRecord
 from foldstream.domain.records import HEADER_ID, HEADER_VERSION
 from foldstream.examples.inventory.domain import Product
-from foldstream.kafka import producer_config
+from foldstream.kafka import produce_when_room, producer_config
 
 QUANTITIES = 9
 
@@ -69,14 +69,9 @@ def produce(bootstrap: str, topic: str, records: Iterable[EventRecord]) -> int:
     )
     sent = 0
     for record in records:
-        while True:
-            try:
-                producer.produce(
-                    topic, key=record.key, value=record.value, headers=list(record.headers)
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_room(
+            producer, topic, key=record.key, value=record.value, headers=list(record.headers)
+        )
         sent += 1
     if producer.flush(120):
         raise RuntimeError(f"{topic}: not every benchmark record was acknowledged")

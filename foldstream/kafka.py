@@ -44,6 +44,17 @@ def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[
     return [first, *consumer.consume(max_messages - 1, 0)]
 
 
+def produce_when_room(producer: Any, topic: str, *, wait_s: float = 0.05, **record: Any) -> None:
+    """``producer.produce(topic, **record)``; while the producer's local queue is full, serve
+    delivery reports for ``wait_s`` (which frees room) and try again."""
+    while True:
+        try:
+            producer.produce(topic, **record)
+            return
+        except BufferError:
+            producer.poll(wait_s)
+
+
 def read_to_end(
     bootstrap: str,
     topic: str,

@@ -23,7 +23,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from foldstream.changelog import BATCH_END_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import producer_config
+from foldstream.kafka import produce_when_room, producer_config
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import decode_headers, read_owned
 from foldstream.projections.worker import gc_paused
@@ -156,19 +156,16 @@ def fold_partition(
                 landed.append(message.offset())
 
         for key, value in changed.items():
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        key=key,
-                        value=value,
-                        partition=partition,
-                        headers=closing if key == last_key else headers,
-                        on_delivery=on_delivery,
-                    )
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    producer.poll(0.01)
+            produce_when_room(
+                producer,
+                topic,
+                wait_s=0.01,
+                key=key,
+                value=value,
+                partition=partition,
+                headers=closing if key == last_key else headers,
+                on_delivery=on_delivery,
+            )
         if producer.flush(30) or errors:
             raise BrokerUnavailable(f"changelog {topic}/{partition} not acknowledged: {errors[:3]}")
         # Stored with the state, so a later restore knows where in the changelog to resume.

@@ -16,7 +16,13 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from foldstream.domain import Aggregate, EventCodec, EventRecord
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import consume_available, consumer_config, producer_config, read_to_end
+from foldstream.kafka import (
+    consume_available,
+    consumer_config,
+    produce_when_room,
+    producer_config,
+    read_to_end,
+)
 from foldstream.offsets import EndOffsets
 
 
@@ -60,14 +66,9 @@ def append_events(producer: Producer, topic: str, events: Iterable[Any]) -> None
     codec = EventCodec()
     for domain_event in events:
         record = codec.encode(domain_event)
-        while True:
-            try:
-                producer.produce(
-                    topic, key=record.key, value=record.value, headers=list(record.headers)
-                )
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_when_room(
+            producer, topic, key=record.key, value=record.value, headers=list(record.headers)
+        )
     producer.poll(0)
 
 
