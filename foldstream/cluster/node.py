@@ -343,7 +343,7 @@ class ClusterNode:
             for p in range(count):
                 owner = self.map.active_owner(topic, p)
                 standbys = [
-                    (s.url, _partition_lag(s, self.stores, topic, p))
+                    (s.url, _partition_lag(s.lag, self.stores, topic, p))
                     for s in members.values()
                     if p in s.standby.get(topic, ()) and s is not owner
                 ]
@@ -394,17 +394,16 @@ class ClusterNode:
         return Unavailable(partition, "no live owner yet: the cluster is rebalancing")
 
     def _topic_lag(self, topic: str, partition: int, *, live: bool = False) -> int | None:
-        lags = []
-        for store, layout in self.stores.items():
-            if layout.source_topic != topic:
-                continue
-            lag = self.replicas.lag(store, partition) if live else None
-            if lag is None:
-                lag = self._lag.get(f"{store}/{partition}")
-            if lag is None:
-                return None
-            lags.append(lag)
-        return max(lags, default=0)
+        """This instance's lag on ``partition`` of ``topic`` as last measured, or with ``live``
+        the standby copies' lag right now where they have one."""
+        lag = self._lag
+        if live:
+            lag = dict(lag)
+            for store, layout in self.stores.items():
+                current = self.replicas.lag(store, partition)
+                if layout.source_topic == topic and current is not None:
+                    lag[f"{store}/{partition}"] = current
+        return _partition_lag(lag, self.stores, topic, partition)
 
     # -- readiness -------------------------------------------------------------------------
 
@@ -430,22 +429,21 @@ class ClusterNode:
             if waiting:
                 return False, {"reason": f"replaying partitions {waiting} for commands"}
         self._measure_lag()
-        lag = {
-            k: v
-            for k, v in self._lag.items()
-            if any(k == f"{s}/{p}" for s, p in self._store_keys(serving))
-        }
+        active = {f"{store}/{p}" for store, p in self._store_keys(serving)}
+        lag = {k: v for k, v in self._lag.items() if k in active}
         return all(v == 0 for v in lag.values()), {"lag": lag, "instance": self.member_id}
 
 
 def _partition_lag(
-    state: MemberState, stores: Mapping[str, StoreLayout], topic: str, partition: int
+    lag: Mapping[str, int], stores: Mapping[str, StoreLayout], topic: str, partition: int
 ) -> int | None:
+    """The largest lag (``lag`` maps ``"<store>/<partition>"``) among the stores of ``topic``
+    at ``partition``; None unless every one of them has a figure."""
     lags = [
-        state.lag.get(f"{store}/{partition}")
+        lag.get(f"{store}/{partition}")
         for store, layout in stores.items()
         if layout.source_topic == topic
     ]
-    if not lags or any(lag is None for lag in lags):
+    if not lags or any(value is None for value in lags):
         return None
-    return max(lag for lag in lags if lag is not None)
+    return max(value for value in lags if value is not None)
