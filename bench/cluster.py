@@ -157,7 +157,7 @@ def _failover(instances: list[InstanceProcess], sample: list[bytes]) -> Figure:
         None if pending else took,
         "s",
         SESSION_TIMEOUT_S,
-        "consumer-group session timeout",
+        "membership session timeout",
         ("<=", 2.0),
         note=f"{len(sample)} keys checked from both survivors; 1 standby",
     )

@@ -1,7 +1,7 @@
 @cluster
 Feature: A cluster of instances shares the partitions, and any instance answers any key
-  Instances of one service split the partitions through a Kafka consumer group and keep standby
-  copies from the changelogs. A lookup or command reaching an instance that does not own the
+  Instances of one service split the partitions (a sticky, standby-aware assignment planned by
+  one of them over the cluster topic) and keep standby copies from the changelogs. A lookup or command reaching an instance that does not own the
   key's partition is sent to the owner (307); a standby answers only when the client accepts
   its lag (max_lag); when an owner dies, its partitions move to the survivors.
 
@@ -57,3 +57,11 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     And the owner of "fail-1" in store "stock" is killed with kill -9
     Then every key is answered again within 30 seconds, with no wrong answer and only 200, 307 or 503 seen
     And the 2 survivors own every partition
+    And each partition of the killed instance went to an instance that kept a standby copy of it
+
+  Scenario: A joining instance warms up, then takes partitions without downtime for the others
+    Given products "join-1" to "join-40" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn
+    When clients keep querying every key of store "stock" on every instance
+    And a new instance joins the cluster
+    Then the new instance takes over partitions once its standby copies have caught up
+    And the partitions that stayed with their owner were answered throughout, never with 503

@@ -119,6 +119,7 @@ class _Replica:
     follower: ChangelogFollower
     position: int  # next changelog offset to read
     end: int | None = None  # changelog end as of the last fetch
+    copied: int = 0  # records applied before the copy first caught up; -1 once it has
 
     @property
     def writer(self) -> RocksDBWriter:
@@ -229,11 +230,20 @@ class StandbyReplicas:
                 if error.code() != KafkaError._PARTITION_EOF:
                     raise BrokerUnavailable(f"standby {message.topic()}: {error}")
                 replica.end = message.offset()
+                if replica.copied >= 0:
+                    log.info(
+                        "standby copy %s/%d caught up after copying %d changelog records",
+                        *key,
+                        replica.copied,
+                    )
+                    replica.copied = -1
                 continue
             by_key.setdefault(key, []).append(message)
         for key, batch in by_key.items():
             replica = self._replicas[key]
-            replica.follower.feed(batch)
+            applied = replica.follower.feed(batch)
+            if replica.copied >= 0:
+                replica.copied += applied
             replica.position = batch[-1].offset() + 1
             high = self._consumer.get_watermark_offsets(
                 TopicPartition(self.layouts[key[0]].changelog_topic, key[1]), cached=True

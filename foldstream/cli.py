@@ -60,7 +60,10 @@ def serve(
     from foldstream.service import load_service
     from foldstream.settings import Settings
 
-    logging.basicConfig(level=os.environ.get("FOLDSTREAM_LOG_LEVEL", "INFO"))
+    logging.basicConfig(
+        level=os.environ.get("FOLDSTREAM_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     definition = load_service(service)
     settings = Settings.from_env(
         service=definition.name,

@@ -63,8 +63,8 @@ class PartitionFenced(NotOwner):
     appended and the instance gave the partition up (HTTP 503).
 
     Remedy: none during a rebalance, clients retry. If it happens without one, two instances
-    claim the same partition: check that they share one consumer group, or that a single-instance
-    deployment really runs one instance per service name.
+    claim the same partition: check that they reach the same brokers (they share the
+    ``<service>.cluster`` topic), and that no instance was paused longer than the session timeout.
     """
 
     def __init__(self, partition: int) -> None:

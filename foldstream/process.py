@@ -205,12 +205,17 @@ def _group_alive(pgid: int) -> bool:
 
 
 def cluster_stable(instances: Sequence[InstanceProcess], *, standbys: bool = True) -> bool:
-    """Whether every instance sees exactly these members, a live owner for every partition
-    and, with ``standbys``, a caught-up standby copy of each."""
+    """Whether every instance is ready and sees exactly these members, every partition
+    served by the owner the assignment names (no move pending) and, with ``standbys``, a
+    caught-up standby copy of each."""
     urls = {i.url for i in instances}
     for instance in instances:
+        if http("GET", f"{instance.url}/ready", timeout=5)[0] != 200:
+            return False
         status, view = http("GET", f"{instance.url}/cluster", timeout=5)
         if status != 200 or {m["url"] for m in view["instances"]} != urls:
+            return False
+        if not view["settled"]:
             return False
         for partitions in view["partitions"].values():
             for entry in partitions.values():

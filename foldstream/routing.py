@@ -16,6 +16,8 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from foldstream.responses import error_response
+
 HOPS_PARAM = "hops"
 MAX_HOPS = 3
 
@@ -68,8 +70,12 @@ def unavailable(location: Unavailable) -> JSONResponse:
 
 
 def redirect(request: Request, location: Redirect) -> Response:
-    """307 to the same path and query on ``location.url``, counting hops."""
-    hops = int(request.query_params.get(HOPS_PARAM, "0") or 0)
+    """307 to the same path and query on ``location.url``, counting hops (400 if the client
+    sent a ``hops`` that is not a non-negative integer)."""
+    raw = request.query_params.get(HOPS_PARAM, "0") or "0"
+    if not (raw.isascii() and raw.isdigit()):
+        return error_response(400, f"{HOPS_PARAM} must be a non-negative integer, got {raw!r}")
+    hops = int(raw)
     if hops >= MAX_HOPS:
         return unavailable(
             Unavailable(location.partition, f"members disagree on the owner after {hops} hops")

@@ -35,7 +35,7 @@ class Settings:
     linger_ms: int = 5
     # Instances keeping a warm copy of each partition besides its active owner.
     standby_replicas: int = 1
-    # How long a silent instance keeps its partitions: bounds failover time.
+    # How long a silent instance stays a member and keeps its partitions: bounds failover time.
     session_timeout_ms: int = 3000
 
     def __post_init__(self) -> None:
@@ -62,13 +62,8 @@ class Settings:
 
     @property
     def cluster_topic(self) -> str:
-        """The compacted topic where instances publish the cluster map."""
+        """The compacted topic where instances publish the cluster map and assignment."""
         return f"{self.service}.cluster"
-
-    @property
-    def group_id(self) -> str:
-        """The consumer group whose members share the service's partitions."""
-        return f"{self.service}.instances"
 
     def changelog_topic(self, store: str) -> str:
         return f"{self.service}.{store}.changelog"

@@ -1,12 +1,17 @@
 """One instance's part in its service's cluster.
 
-The consumer group (:mod:`.membership`) decides which source partitions this instance owns.
-For a gained partition the node takes over its stores (a warm standby copy, or the changelog
-when there is none, only the missing tail being read), gives the command handler the partition
-and starts the projection on it from the source offset the copy carries; only then does it
-serve it. A lost partition stops being served and written before the group may move it. The
-node publishes what it serves and how far behind each copy is (:mod:`.map`), keeps the standby
-copies the map assigns it, and answers :meth:`locate` for the HTTP routes.
+The members share the service's partitions through the cluster topic (:mod:`.map`): the live
+member with the smallest id plans a sticky, standby-aware assignment (:mod:`.assignment`) and
+every member follows the newest one. A member first releases what the assignment takes from it
+(stops serving and writing it) and says so by publishing the generation it has applied. It
+takes a partition only once every other live member has applied that generation and none claims
+the partition, so two members never write one partition, even while the map is in flux.
+
+Taking over a partition means taking over its stores (a warm standby copy, or the changelog when
+there is none, only the missing tail being read), serving reads from them, starting the
+projection from the source offset the copy carries, then giving the command handler the
+partition. The node also keeps the standby copies the assignment gives it, publishes what it
+serves and how far behind each copy is, and answers :meth:`locate` for the HTTP routes.
 """
 
 from __future__ import annotations
@@ -19,16 +24,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from foldstream.changelog import StandbyReplicas, StoreLayout, restore
+from foldstream.cluster.assignment import Assignment, plan
+from foldstream.cluster.lag import LagMeter, partition_lag
 from foldstream.cluster.map import ClusterMap, MemberState
-from foldstream.cluster.membership import GroupMembership, TopicPartitions
 from foldstream.errors import PartitionFenced
-from foldstream.offsets import EndOffsets, holds_records
+from foldstream.offsets import EndOffsets
 from foldstream.query_api.stores import StoreReaders
 from foldstream.routing import Local, Location, Redirect, Unavailable
 from foldstream.settings import Settings
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 0.5
+LEAD_INTERVAL_S = 0.1
+TopicPartitions = frozenset[tuple[str, int]]
 
 
 class PartitionWriters(Protocol):
@@ -48,7 +56,7 @@ class Projections(Protocol):
 
 
 class ClusterNode:
-    """Ties membership, the cluster map, standby copies, projections and commands together.
+    """Ties the cluster map, the assignment, standby copies, projections and commands together.
 
     ``stores`` maps each store to its source and changelog topics; ``topics`` maps each source
     topic to its partition count.
@@ -75,17 +83,22 @@ class ClusterNode:
         self.replicas = replicas
         self.projections = projections
         self.commands = commands
-        self.ends = dict(ends)
+        self.lag = LagMeter(
+            bootstrap=settings.bootstrap_servers,
+            stores=stores,
+            readers=readers,
+            replicas=replicas,
+            ends=ends,
+        )
         self._serving: set[tuple[str, int]] = set()
         self._restoring: set[tuple[str, int]] = set()
-        self._lag: dict[str, int] = {}
-        self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
-        self._last_spans: dict[tuple[str, int], tuple[int, int]] = {}
+        self._applied = 0  # the assignment generation whose releases are done
         self._routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}
         self._epoch = 0
         self._lock = threading.RLock()
         self._commands_lock = threading.Lock()
         self._gains: queue.Queue[TopicPartitions | None] = queue.Queue()
+        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._failure: str | None = None
         self._started_at = time.monotonic()
@@ -93,71 +106,103 @@ class ClusterNode:
             bootstrap=settings.bootstrap_servers,
             topic=settings.cluster_topic,
             member_id=member_id,
-            liveness_s=max(1.5, settings.session_timeout_ms / 1000 * 0.66),
+            liveness_s=settings.session_timeout_ms / 1000,
+            on_change=self._wake.set,
             fetch_wait_max_ms=settings.fetch_wait_max_ms,
         )
-        self.membership = GroupMembership(
-            bootstrap=settings.bootstrap_servers,
-            group=settings.group_id,
-            topics=sorted(self.topics),
-            client_id=member_id,
-            on_assigned=self._gains.put,
-            on_revoked=self._revoked,
-            session_timeout_ms=settings.session_timeout_ms,
-        )
         self._threads = [
+            threading.Thread(target=self._reconcile_loop, name="reconcile", daemon=True),
             threading.Thread(target=self._take_over_loop, name="takeover", daemon=True),
-            threading.Thread(target=self._publish_loop, name="cluster-publish", daemon=True),
+            threading.Thread(target=self._heartbeat_loop, name="cluster-heartbeat", daemon=True),
+            threading.Thread(target=self._maintain_loop, name="cluster-maintain", daemon=True),
         ]
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self, join_timeout: float = 60.0) -> None:
-        """Join the group and wait for the first assignment (possibly empty)."""
+        """Announce this member and wait until it follows an assignment (possibly empty)."""
+        log.info("member %s at %s joining the cluster", self.member_id, self.settings.url)
         self.publish()
         for thread in self._threads:
             thread.start()
-        self.membership.start()
-        if not self.membership.wait_joined(join_timeout):
-            log.warning("no assignment from group %s yet", self.settings.group_id)
+        deadline = time.monotonic() + join_timeout
+        while self._applied == 0 and time.monotonic() < deadline:
+            self._wake.wait(0.05)
+        if self._applied == 0:
+            log.warning("no assignment yet after %.0fs", join_timeout)
 
     def close(self) -> None:
-        """Stop serving, leave the group (partitions move at once), close everything."""
-        with self._lock:
-            self._serving.clear()
-        self.map.leave()
+        """Stop writing and serving, then leave (the others take the partitions at once)."""
         self._stopping.set()
+        self._wake.set()
         self._gains.put(None)
-        self.membership.close()
         for thread in self._threads:
             thread.join(timeout=10)
+        with self._lock:
+            held = frozenset(self._serving | self._restoring)
+        if held:
+            self._revoked(held)
+        self.map.leave()
         self.map.close()
 
-    # -- ownership changes -----------------------------------------------------------------
+    # -- following the assignment ----------------------------------------------------------
 
-    def _store_keys(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
-        return [
-            (store, p)
-            for topic, p in partitions
-            for store, layout in self.stores.items()
-            if layout.source_topic == topic
-        ]
+    def assigned(self) -> TopicPartitions:
+        """Partitions the newest assignment gives this instance."""
+        return self.map.assignment().owned_by(self.member_id)
 
-    def _owned_by_topic(self, partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
-        owned: dict[str, list[int]] = {}
-        for topic, p in sorted(partitions):
-            owned.setdefault(topic, []).append(p)
-        return owned
+    def _reconcile_loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(LEAD_INTERVAL_S)
+            self._wake.clear()
+            if self._stopping.is_set() or not self.map.caught_up():
+                continue
+            try:
+                self._reconcile(self.map.assignment())
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("following the assignment failed")
+
+    def _reconcile(self, assignment: Assignment) -> None:
+        mine = assignment.owned_by(self.member_id)
+        with self._lock:
+            lost = frozenset((self._serving | self._restoring) - mine)
+        if lost:
+            self._revoked(lost)
+        if assignment.generation != self._applied:
+            self._applied = assignment.generation
+            self.publish()
+        with self._lock:
+            claimable = mine - self._serving - self._restoring
+        if claimable and self._released_by_others(assignment, claimable):
+            with self._lock:
+                self._restoring |= claimable
+                self._epoch = max(self._epoch, self.map.max_epoch()) + 1
+            self.publish()
+            self._gains.put(frozenset(claimable))
+
+    def _released_by_others(self, assignment: Assignment, wanted: TopicPartitions) -> bool:
+        """Whether every other live member has applied ``assignment`` and claims none of
+        ``wanted``: a member that has not applied it may still be taking one of them over
+        under an older assignment."""
+        for member_id, state in self.map.members().items():
+            if member_id == self.member_id:
+                continue
+            if state.generation < assignment.generation:
+                return False
+            claimed = [state.active, state.restoring]
+            if any(p in c.get(topic, ()) for topic, p in wanted for c in claimed):
+                return False
+        return True
 
     def _revoked(self, lost: TopicPartitions) -> None:
-        # Runs before the group may give the partitions to another member: stop everything that
-        # writes them (the projection queries, the command handler) before returning.
+        # Stops everything that writes the partitions (the projection queries, the command
+        # handler) before returning: only then may another member take them.
         with self._lock:
             self._serving -= lost
             self._restoring -= lost
             serving = set(self._serving)
         self.publish()
-        self.projections.run(self._owned_by_topic(serving))
+        self.projections.run(_by_topic(serving))
         if self.commands is not None:
             events = [p for t, p in lost if t == self.settings.events_topic]
             if events:
@@ -177,10 +222,6 @@ class ClusterNode:
                 self._failure = f"taking over {sorted(gained)} failed: {exc}"
 
     def _take_over(self, gained: TopicPartitions) -> None:
-        with self._lock:
-            self._restoring |= gained
-            self._epoch = max(self._epoch, self.map.max_epoch()) + 1
-        self.publish()
         started = time.monotonic()
         keys = self._store_keys(gained)
         self.replicas.release(keys)
@@ -195,7 +236,8 @@ class ClusterNode:
                 fetch_wait_max_ms=self.settings.fetch_wait_max_ms,
             )
         with self._lock:
-            still_owned = gained & self.membership.owned()
+            # A partition released meanwhile is no longer in ``_restoring``.
+            still_owned = gained & self._restoring
             self._restoring -= gained
             self._serving |= still_owned
             serving = set(self._serving)
@@ -208,16 +250,62 @@ class ClusterNode:
             restored,
             time.monotonic() - started,
         )
-        self.projections.run(self._owned_by_topic(serving))
+        self.projections.run(_by_topic(serving))
         if self.commands is not None:
             # Under the lock the revocation takes too: a partition revoked meanwhile is never
             # handed to the command handler (whose producer would fence the new owner's).
             with self._commands_lock:
-                owned = self.membership.owned()
-                events = [p for t, p in still_owned if t == self.settings.events_topic]
-                events = [p for p in events if (self.settings.events_topic, p) in owned]
+                with self._lock:
+                    events = [
+                        p for t, p in still_owned & self._serving if t == self.settings.events_topic
+                    ]
                 if events:
                     self.commands.assign(events)
+
+    def released(self, partition: int, error: Exception) -> None:
+        """The command handler gave ``partition`` up after a failed transaction: fenced means
+        another member writes it now (stop serving it here); otherwise take it over again."""
+        key = (self.settings.events_topic, partition)
+        if isinstance(error, PartitionFenced):
+            log.error("partition %d: %s; dropping it", partition, error)
+            threading.Thread(target=self._revoked, args=(frozenset({key}),), daemon=True).start()
+        elif key in self.assigned():
+            self._gains.put(frozenset({key}))
+
+    # -- leading ---------------------------------------------------------------------------
+
+    def _lead(self) -> None:
+        """Plan and publish a new assignment when this is the leader and the plan changed.
+
+        The leader is the live member with the smallest id. A member only starts leading once
+        its view of the members is its own: it has read the cluster topic to its end, and the
+        records it read from before it started have had time to expire.
+        """
+        members = self.map.members()
+        if min(members, default=None) != self.member_id or not self.map.caught_up():
+            return
+        if len(members) > 1 and time.monotonic() - self._started_at < self.map.liveness_s:
+            return
+        current = self.map.assignment()
+        planned = plan(
+            self.topics,
+            members,
+            current,
+            standby_replicas=self.settings.standby_replicas,
+            copy_lag=lambda member, topic, p: _copy_lag(self.stores, members[member], topic, p),
+        )
+        if current.generation and current.same_plan(planned):
+            return
+        new = Assignment(current.generation + 1, self.member_id, *planned)
+        log.info(
+            "assignment generation %d for %s: active %s, standby %s, warming up %s",
+            new.generation,
+            sorted(members),
+            new.active,
+            new.standby,
+            new.warmups,
+        )
+        self.map.publish_assignment(new)
 
     # -- the cluster map -------------------------------------------------------------------
 
@@ -225,15 +313,15 @@ class ClusterNode:
         with self._lock:
             serving, restoring = set(self._serving), set(self._restoring)
             epoch = self._epoch
-        standby = {(t, p) for t, p in self._standby_partitions()}
         return MemberState(
             id=self.member_id,
             url=self.settings.url,
             epoch=epoch,
-            active=self._owned_by_topic(serving),
-            restoring=self._owned_by_topic(restoring),
-            standby=self._owned_by_topic(standby),
-            lag=dict(self._lag),
+            generation=self._applied,
+            active=_by_topic(serving),
+            restoring=_by_topic(restoring),
+            standby=_by_topic(self._standby_partitions()),
+            lag=dict(self.lag.last),
         )
 
     def publish(self) -> None:
@@ -243,13 +331,35 @@ class ClusterNode:
         topic_of = {store: layout.source_topic for store, layout in self.stores.items()}
         return {(topic_of[store], p) for store, p in self.replicas.held()}
 
-    def _publish_loop(self) -> None:
+    def _store_keys(self, partitions: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        return [
+            (store, p)
+            for topic, p in partitions
+            for store, layout in self.stores.items()
+            if layout.source_topic == topic
+        ]
+
+    def _heartbeat_loop(self) -> None:
+        # Kept apart from the slower upkeep below: a late heartbeat makes others think this
+        # member is dead.
+        last = 0.0
+        while not self._stopping.wait(LEAD_INTERVAL_S):
+            try:
+                self._lead()
+                if time.monotonic() - last >= PUBLISH_INTERVAL_S:
+                    self.publish()
+                    last = time.monotonic()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("cluster heartbeat failed")
+
+    def _maintain_loop(self) -> None:
         while not self._stopping.wait(PUBLISH_INTERVAL_S):
             try:
                 self._fence_superseded()
                 self._keep_standbys()
-                self._measure_lag()
-                self.publish()
+                with self._lock:
+                    serving = set(self._serving)
+                self.lag.measure(serving)
                 self._build_routes()
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("cluster map round failed")
@@ -271,70 +381,13 @@ class ClusterNode:
             self._revoked(superseded)
 
     def _keep_standbys(self) -> None:
+        assignment = self.map.assignment()
+        if assignment.generation == 0:
+            return
         with self._lock:
-            mine = self._serving | self._restoring | set(self.membership.owned())
-        held = self._standby_partitions()
-        wanted: set[tuple[str, int]] = set()
-        for topic, count in self.topics.items():
-            for p in range(count):
-                if (topic, p) in mine:
-                    continue
-                placement = self.map.standby_placement(topic, p, self.settings.standby_replicas)
-                # While a partition has no owner, keep its copy warm for whoever takes it.
-                if (placement is None and (topic, p) in held) or (
-                    placement is not None and self.member_id in placement
-                ):
-                    wanted.add((topic, p))
+            mine = self._serving | self._restoring | self.assigned()
+        wanted = assignment.standby_of(self.member_id) - mine
         self.replicas.assign(self._store_keys(wanted))
-
-    def _measure_lag(self) -> None:
-        lag: dict[str, int] = {}
-        with self._lock:
-            serving = set(self._serving)
-        for store, layout in self.stores.items():
-            try:
-                ends = self.ends[layout.source_topic].ends(timeout=0.2)
-            except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
-                ends = {}
-            for topic, p in serving:
-                if topic == layout.source_topic and p in ends:
-                    lag[f"{store}/{p}"] = self._source_lag(
-                        topic, p, self.readers.next_offset(store, p), ends[p]
-                    )
-        for store, p in self.replicas.held():
-            standby_lag = self.replicas.lag(store, p)
-            if standby_lag is not None:
-                lag[f"{store}/{p}"] = standby_lag
-        self._lag = lag
-
-    def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
-        """``end - applied``, or 0 when only offsets without records (transaction markers) lie
-        between them; a span found empty is remembered until the offsets move.
-
-        Probing the span costs a consumer, so it is done only for a span that did not move
-        since the last measurement: a projection at work moves it on every batch.
-        """
-        span = (applied, end)
-        if end <= applied or self._empty_spans.get((topic, partition)) == span:
-            return 0
-        last, self._last_spans[(topic, partition)] = self._last_spans.get((topic, partition)), span
-        if last != span:
-            return end - applied
-        bootstrap = self.settings.bootstrap_servers
-        if holds_records(bootstrap, topic, partition, applied, end, timeout=1.0):
-            return end - applied
-        self._empty_spans[(topic, partition)] = (applied, end)
-        return 0
-
-    def released(self, partition: int, error: Exception) -> None:
-        """The command handler gave ``partition`` up after a failed transaction: fenced means
-        another member writes it now (stop serving it here); otherwise take it over again."""
-        key = (self.settings.events_topic, partition)
-        if isinstance(error, PartitionFenced):
-            log.error("partition %d: %s; dropping it", partition, error)
-            threading.Thread(target=self._revoked, args=(frozenset({key}),), daemon=True).start()
-        elif key in self.membership.owned():
-            self._gains.put(frozenset({key}))
 
     def _build_routes(self) -> None:
         routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}
@@ -343,7 +396,7 @@ class ClusterNode:
             for p in range(count):
                 owner = self.map.active_owner(topic, p)
                 standbys = [
-                    (s.url, _partition_lag(s.lag, self.stores, topic, p))
+                    (s.url, partition_lag(s.lag, self.stores, topic, p))
                     for s in members.values()
                     if p in s.standby.get(topic, ()) and s is not owner
                 ]
@@ -361,6 +414,7 @@ class ClusterNode:
             }
         return {
             **self.map.snapshot(),
+            "settled": self._settled(),
             "partitions": partitions,
             "stores": {
                 store: {
@@ -372,14 +426,27 @@ class ClusterNode:
             },
         }
 
+    def _settled(self) -> bool:
+        """Whether every partition is served by the owner the assignment names, with no move
+        waiting for a warm-up."""
+        assignment = self.map.assignment()
+        if assignment.generation == 0 or any(assignment.warmups.values()):
+            return False
+        for (topic, p), (active, _) in self._routes.items():
+            owner = assignment.owner(topic, p)
+            state = self.map.members().get(owner) if owner is not None else None
+            if state is None or active != state.url:
+                return False
+        return True
+
     # -- routing ---------------------------------------------------------------------------
 
     def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
         key = (topic, partition)
         if key in self._serving:
-            return Local(partition, "active", self._topic_lag(topic, partition), self.member_id)
+            return Local(partition, "active", self.lag.local(topic, partition), self.member_id)
         if max_lag is not None and key in self._standby_partitions():
-            lag = self._topic_lag(topic, partition, live=True)
+            lag = self.lag.local(topic, partition, live=True)
             if lag is not None and lag <= max_lag:
                 return Local(partition, "standby", lag, self.member_id)
         owner, standbys = self._routes.get(key, (None, []))
@@ -393,57 +460,52 @@ class ClusterNode:
             return Unavailable(partition, "this instance is restoring it from the changelog")
         return Unavailable(partition, "no live owner yet: the cluster is rebalancing")
 
-    def _topic_lag(self, topic: str, partition: int, *, live: bool = False) -> int | None:
-        """This instance's lag on ``partition`` of ``topic`` as last measured, or with ``live``
-        the standby copies' lag right now where they have one."""
-        lag = self._lag
-        if live:
-            lag = dict(lag)
-            for store, layout in self.stores.items():
-                current = self.replicas.lag(store, partition)
-                if layout.source_topic == topic and current is not None:
-                    lag[f"{store}/{partition}"] = current
-        return _partition_lag(lag, self.stores, topic, partition)
-
     # -- readiness -------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
-        """Ready when joined, nothing is being restored, and every active copy is caught up."""
+        """Ready when following an assignment, serving all of its partitions, caught up."""
         failure = self._failure or self.projections.failure()
         if failure:
             return False, {"reason": failure}
-        if not self.membership.wait_joined(0):
+        if self._applied == 0:
             waited = time.monotonic() - self._started_at
+            leader = min(self.map.members(), default=self.member_id)
             return False, {
-                "reason": f"joining the cluster: no assignment from consumer group "
-                f"{self.settings.group_id!r} after {waited:.0f}s"
+                "reason": f"joining the cluster: no assignment after {waited:.0f}s "
+                f"(the leader is the live member with the smallest id: {leader})"
             }
         with self._lock:
             restoring = sorted(self._restoring)
             serving = set(self._serving)
         if restoring:
             return False, {"reason": f"restoring {restoring}"}
+        waiting = sorted(self.assigned() - serving)
+        if waiting:
+            return False, {"reason": f"waiting for other members to release {waiting}"}
         if self.commands is not None:
             events, taken = self.settings.events_topic, self.commands.owned()
-            waiting = sorted(p for t, p in serving if t == events and p not in taken)
-            if waiting:
-                return False, {"reason": f"replaying partitions {waiting} for commands"}
-        self._measure_lag()
+            replaying = sorted(p for t, p in serving if t == events and p not in taken)
+            if replaying:
+                return False, {"reason": f"replaying partitions {replaying} for commands"}
         active = {f"{store}/{p}" for store, p in self._store_keys(serving)}
-        lag = {k: v for k, v in self._lag.items() if k in active}
+        lag = {k: v for k, v in self.lag.measure(serving).items() if k in active}
         return all(v == 0 for v in lag.values()), {"lag": lag, "instance": self.member_id}
 
 
-def _partition_lag(
-    lag: Mapping[str, int], stores: Mapping[str, StoreLayout], topic: str, partition: int
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    owned: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        owned.setdefault(topic, []).append(p)
+    return owned
+
+
+def _copy_lag(
+    stores: Mapping[str, StoreLayout], state: MemberState, topic: str, partition: int
 ) -> int | None:
-    """The largest lag (``lag`` maps ``"<store>/<partition>"``) among the stores of ``topic``
-    at ``partition``; None unless every one of them has a figure."""
-    lags = [
-        lag.get(f"{store}/{partition}")
-        for store, layout in stores.items()
-        if layout.source_topic == topic
-    ]
-    if not lags or any(value is None for value in lags):
-        return None
-    return max(value for value in lags if value is not None)
+    """Records ``state``'s member lacks to serve ``partition``: 0 for a copy it serves, its
+    standby copy's published lag, or None without a copy."""
+    if partition in state.active.get(topic, ()):
+        return 0
+    if partition in state.standby.get(topic, ()):
+        return partition_lag(state.lag, stores, topic, partition)
+    return None

@@ -11,6 +11,7 @@ talk to its instance 1, and any instance forwards to the owner with a 307 they f
     When clients keep querying every key of store "stock" on every instance
     When the owner of "fail-1" in store "stock" is killed with kill -9
     When instance 2 restarts with its state directory deleted
+    When a new instance joins the cluster
     Then every key is answered in store "stock" from every instance by its owner
     Then the owners of every key in store "stock" agree with the cluster map
     Then a standby of "route-1" answers it in store "stock" with max_lag 0
@@ -18,6 +19,9 @@ talk to its instance 1, and any instance forwards to the owner with a 307 they f
     Then exactly one succeeded and the others got 409
     Then the 2 survivors own every partition
     Then it serves its partitions of store "stock", restored from the changelog
+    Then each partition of the killed instance went to an instance that kept a standby copy of it
+    Then the new instance takes over partitions once its standby copies have caught up
+    Then the partitions that stayed with their owner were answered throughout, never with 503
 
 The longer ones: ``Given products "route-1" to "route-30" accepted "receive_shipment" with
 {"quantity": <n>} through the instances in turn`` (``<n>`` is the number in each id; instance
@@ -87,6 +91,7 @@ class QueryLoad:
         self.expected = expected
         self.dead: frozenset[str] = frozenset()  # may fail; not redirected to (see mark_dead)
         self.statuses: Counter[int | str] = Counter()
+        self.by_partition: dict[int, Counter[int | str]] = {}
         self.wrong: list[str] = []
         self.rounds = {m.url: 0 for m in members}
         self._lock = threading.Lock()
@@ -127,8 +132,10 @@ class QueryLoad:
                 for key in self.expected:
                     seen = self._query(base, key)
                     if seen is not None:
+                        partition = self.store.partition(key)
                         with self._lock:
                             self.statuses[seen] += 1
+                            self.by_partition.setdefault(partition, Counter())[seen] += 1
                 with self._lock:
                     self.rounds[base] += 1
         except Exception as exc:  # noqa: BLE001 - a load that stops must fail the scenario
@@ -154,6 +161,9 @@ class ClusterState:
     load: QueryLoad | None = None
     killed_at: float = 0.0
     restarted: InstanceProcess | None = None
+    joined: InstanceProcess | None = None
+    before: dict[str, Any] = field(default_factory=dict)  # the map before a kill or a join
+    victim: str = ""
     log_offset: int = 0
 
     def live(self) -> list[InstanceProcess]:
@@ -167,6 +177,8 @@ def cluster_state() -> Iterator[ClusterState]:
     yield state
     if state.load is not None:  # the scenario failed before its load was stopped
         state.load.stop()
+    if state.joined is not None:  # leaves: the next scenario finds the cluster it started
+        state.joined.stop()
 
 
 def cluster_view(instance: InstanceProcess) -> dict[str, Any]:
@@ -343,6 +355,7 @@ def kill_owner(cluster_state: ClusterState, key: str, store: str) -> None:
     status, owners = http("GET", f"{live[0].url}/stores/{store}/owners/{key}")
     assert status == 200, owners
     victim = next(m for m in live if m.url == owners["active"])
+    cluster_state.before, cluster_state.victim = cluster_view(live[0]), victim.url
     if cluster_state.load is not None:
         cluster_state.load.mark_dead(victim.url)
     cluster_state.killed_at = time.monotonic()
@@ -360,6 +373,19 @@ def restart_without_state(cluster_state: ClusterState, number: int) -> None:
     member.start()
     member.wait_ready(timeout=WAIT)
     cluster_state.restarted = member
+
+
+@when("a new instance joins the cluster")
+def join_cluster(
+    cluster_state: ClusterState, instances: InstancePool, foldstream_service: str
+) -> None:
+    """One more instance of the cluster's service starts; returns once it is ready (it follows
+    the assignment, possibly with no partition of its own yet)."""
+    members = cluster_state.live()
+    cluster_state.before = cluster_view(members[0])
+    joiner = instances.joiner(members[0].service, len(cluster_state.members))
+    cluster_state.joined = joiner.start()
+    joiner.wait_ready(timeout=WAIT)
 
 
 # Then ----------------------------------------------------------------------------------------
@@ -519,13 +545,12 @@ def survivors_own_everything(cluster_state: ClusterState, count: int) -> None:
 
 @then(parsers.parse('it serves its partitions of store "{store}", restored from the changelog'))
 def serves_restored(cluster_state: ClusterState, scenario_state: ScenarioState, store: str) -> None:
-    """Once the map is stable again, the restarted instance owns at least one partition and
-    answers each of its keys itself with the value, having restored changelog records (its
-    log says how many) into the empty state directory."""
+    """Once the restarted instance owns a partition of each topic on every map, it
+    answers each of its keys itself with the value, having restored or copied (as a warm-up
+    standby) changelog records into the empty state directory (its log says how many)."""
     restarted = cluster_state.restarted
     assert restarted is not None, "no instance was restarted in this scenario"
-    members = cluster_state.live()
-    wait_cluster_stable(members, standbys=False, timeout=WAIT)
+    wait_owner_of_some(restarted, cluster_state.live())
     where = Store.of(restarted, store)
     view = cluster_view(restarted)
     expected = written(restarted, where, cluster_state, scenario_state)
@@ -539,6 +564,75 @@ def serves_restored(cluster_state: ClusterState, scenario_state: ScenarioState, 
         log.seek(cluster_state.log_offset)
         since_restart = log.read().decode(errors="replace")
     restored = [
-        int(n) for n in re.findall(r"after restoring (\d+) changelog records", since_restart)
+        int(n)
+        for n in re.findall(r"after (?:restoring|copying) (\d+) changelog records", since_restart)
     ]
     assert sum(restored) > 0, f"no changelog records restored; log tail:\n{restarted.log_tail()}"
+
+
+def _actives(view: dict[str, Any], topic: str) -> dict[str, str | None]:
+    return {p: entry["active"] for p, entry in view["partitions"][topic].items()}
+
+
+def wait_owner_of_some(member: InstanceProcess, members: list[InstanceProcess]) -> None:
+    """Until every member's map names ``member`` the owner of a partition of each topic, and
+    every partition has a live owner (a member taking over warms its copies up first)."""
+
+    def owns_some() -> bool:
+        views = [cluster_view(m) for m in members]
+        return all(
+            member.url in _actives(view, topic).values()
+            for view in views
+            for topic in view["partitions"]
+        )
+
+    wait_until(owns_some, lambda: f"map: {cluster_view(member)}")
+    wait_cluster_stable(members, standbys=False, timeout=WAIT)
+
+
+@then("each partition of the killed instance went to an instance that kept a standby copy of it")
+def failed_over_to_standbys(cluster_state: ClusterState) -> None:
+    """Compares the map from just before the kill with the survivors' map now."""
+    assert cluster_state.victim, "no instance was killed in this scenario"
+    after = cluster_view(cluster_state.live()[0])
+    checked = 0
+    for topic, partitions in cluster_state.before["partitions"].items():
+        for p, entry in partitions.items():
+            if entry["active"] != cluster_state.victim:
+                continue
+            standbys = [s["url"] for s in entry["standbys"]]
+            new_owner = after["partitions"][topic][p]["active"]
+            assert new_owner in standbys, f"{topic}/{p} went to {new_owner}, standbys {standbys}"
+            checked += 1
+    assert checked, f"the killed instance owned nothing: {cluster_state.before}"
+
+
+@then("the new instance takes over partitions once its standby copies have caught up")
+def joiner_takes_over(cluster_state: ClusterState) -> None:
+    """The joiner becomes the active owner of some partition on every member's map, having
+    copied its stores from the changelogs as a warm-up standby first (its log says so)."""
+    joiner = cluster_state.joined
+    assert joiner is not None, "no instance joined in this scenario"
+    wait_owner_of_some(joiner, [*cluster_state.live(), joiner])
+    with open(joiner.log_path, "rb") as log:
+        text = log.read().decode(errors="replace")
+    assert "caught up after copying" in text, f"no warm-up copy; log tail:\n{joiner.log_tail()}"
+
+
+@then("the partitions that stayed with their owner were answered throughout, never with 503")
+def unmoved_never_unavailable(cluster_state: ClusterState) -> None:
+    """Partitions whose owner is the same before the join and now saw no 503 from the load."""
+    load = cluster_state.load
+    assert load is not None, "no query load runs in this scenario"
+    load.stop()
+    topic = load.store.topic
+    before = _actives(cluster_state.before, topic)
+    after = _actives(cluster_view(cluster_state.live()[0]), topic)
+    stayed = sorted(int(p) for p in before if before[p] == after[p])
+    moved = sorted(int(p) for p in before if before[p] != after[p])
+    print(f"\njoin: moved {moved}; statuses per partition {load.by_partition}")
+    assert moved, f"no partition moved: {before} -> {after}"
+    assert not load.wrong, load.wrong
+    for p in stayed:
+        seen = load.by_partition.get(p, Counter())
+        assert seen and set(seen) <= {200, 307}, f"partition {p} (stayed) saw {seen}"

@@ -33,7 +33,7 @@ class InstancePool:
     An instance found dead (killed by a scenario that failed before restarting it, or on
     purpose) is started again, so one scenario's crash does not fail the next ones. Do not mix
     :meth:`get` and :meth:`cluster` of one service in a module: the single instance would join
-    the cluster's consumer group.
+    the cluster.
     """
 
     def __init__(self, *, bootstrap: str, root: Path, partitions: int) -> None:
@@ -79,6 +79,13 @@ class InstancePool:
         self._start_dead(members)
         wait_cluster_stable(members)
         return members
+
+    def joiner(self, service: str, size: int) -> InstanceProcess:
+        """A further instance of the ``size``-instance cluster of ``service``, not started:
+        the caller starts it and stops it (:meth:`close` stops it too)."""
+        joiner = self._new(service, f"cluster-{size}-joiner")
+        self._running[f"{service} joining {size}"] = joiner
+        return joiner
 
     def close(self) -> None:
         for instance in [*self._running.values(), *(i for c in self._clusters.values() for i in c)]:

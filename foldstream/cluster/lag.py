@@ -1,0 +1,101 @@
+"""How far behind each local copy of a store partition is.
+
+An active copy's lag is source records not yet folded in; a standby copy's is changelog records
+not yet applied. Lag is published in the cluster map as ``{"<store>/<partition>": records}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from foldstream.changelog import StandbyReplicas, StoreLayout
+from foldstream.offsets import EndOffsets, holds_records
+from foldstream.query_api.stores import StoreReaders
+
+
+class LagMeter:
+    """Measures the lag of this instance's copies; ``ends`` tracks each source topic's end."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        stores: Mapping[str, StoreLayout],
+        readers: StoreReaders,
+        replicas: StandbyReplicas,
+        ends: Mapping[str, EndOffsets],
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.stores = dict(stores)
+        self.readers = readers
+        self.replicas = replicas
+        self.ends = dict(ends)
+        self.last: dict[str, int] = {}
+        self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
+        self._last_spans: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def measure(self, active: Iterable[tuple[str, int]]) -> dict[str, int]:
+        """Lag of the ``active`` ``(topic, partition)`` copies and of every standby copy."""
+        lag: dict[str, int] = {}
+        active = set(active)
+        for store, layout in self.stores.items():
+            try:
+                ends = self.ends[layout.source_topic].ends(timeout=0.2)
+            except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
+                ends = {}
+            for topic, p in active:
+                if topic == layout.source_topic and p in ends:
+                    lag[f"{store}/{p}"] = self._source_lag(
+                        topic, p, self.readers.next_offset(store, p), ends[p]
+                    )
+        for store, p in self.replicas.held():
+            standby_lag = self.replicas.lag(store, p)
+            if standby_lag is not None:
+                lag[f"{store}/{p}"] = standby_lag
+        self.last = lag
+        return lag
+
+    def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
+        """``end - applied``, or 0 when only offsets without records (transaction markers) lie
+        between them; a span found empty is remembered until the offsets move.
+
+        Probing the span costs a consumer, so it is done only for a span that did not move
+        since the last measurement: a projection at work moves it on every batch.
+        """
+        span = (applied, end)
+        if end <= applied or self._empty_spans.get((topic, partition)) == span:
+            return 0
+        last, self._last_spans[(topic, partition)] = self._last_spans.get((topic, partition)), span
+        if last != span:
+            return end - applied
+        if holds_records(self.bootstrap, topic, partition, applied, end, timeout=1.0):
+            return end - applied
+        self._empty_spans[(topic, partition)] = (applied, end)
+        return 0
+
+    def local(self, topic: str, partition: int, *, live: bool = False) -> int | None:
+        """This instance's lag on ``partition`` of ``topic`` as last measured, or with ``live``
+        the standby copies' lag right now where they have one."""
+        lag = self.last
+        if live:
+            lag = dict(lag)
+            for store, layout in self.stores.items():
+                current = self.replicas.lag(store, partition)
+                if layout.source_topic == topic and current is not None:
+                    lag[f"{store}/{partition}"] = current
+        return partition_lag(lag, self.stores, topic, partition)
+
+
+def partition_lag(
+    lag: Mapping[str, int], stores: Mapping[str, StoreLayout], topic: str, partition: int
+) -> int | None:
+    """The largest lag (``lag`` maps ``"<store>/<partition>"``) among the stores of ``topic``
+    at ``partition``; None unless every one of them has a figure."""
+    lags = [
+        lag.get(f"{store}/{partition}")
+        for store, layout in stores.items()
+        if layout.source_topic == topic
+    ]
+    if not lags or any(value is None for value in lags):
+        return None
+    return max(value for value in lags if value is not None)
