@@ -219,26 +219,19 @@ class StandbyReplicas:
 
     def _apply(self, messages: list[Any]) -> None:
         by_key: dict[tuple[str, int], list[Any]] = {}
+        at_end: list[tuple[tuple[str, int], int]] = []
         for message in messages:
             store = self._by_topic.get(message.topic())
             key = (store, message.partition()) if store is not None else None
-            replica = self._replicas.get(key) if key is not None else None
-            if replica is None or key is None:
+            if key is None or key not in self._replicas:
                 continue  # a record fetched just before its partition was released
             error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise BrokerUnavailable(f"standby {message.topic()}: {error}")
-                replica.end = message.offset()
-                if replica.copied >= 0:
-                    log.info(
-                        "standby copy %s/%d caught up after copying %d changelog records",
-                        *key,
-                        replica.copied,
-                    )
-                    replica.copied = -1
-                continue
-            by_key.setdefault(key, []).append(message)
+            if error is None:
+                by_key.setdefault(key, []).append(message)
+            elif error.code() == KafkaError._PARTITION_EOF:
+                at_end.append((key, message.offset()))
+            else:
+                raise BrokerUnavailable(f"standby {message.topic()}: {error}")
         for key, batch in by_key.items():
             replica = self._replicas[key]
             applied = replica.follower.feed(batch)
@@ -251,6 +244,18 @@ class StandbyReplicas:
             # The high watermark that comes with fetched data is exact (unlike ListOffsets).
             if high and high[1] >= 0:
                 replica.end = max(high[1], replica.position)
+        # End-of-partition events are handled after the records fetched with them, which may
+        # precede them in the same poll: "caught up" counts every record copied before it.
+        for key, end in at_end:
+            replica = self._replicas[key]
+            replica.end = max(end, replica.position)
+            if replica.copied >= 0:
+                log.info(
+                    "standby copy %s/%d caught up after copying %d changelog records",
+                    *key,
+                    replica.copied,
+                )
+                replica.copied = -1
 
     def close(self) -> None:
         self._stopping.set()
