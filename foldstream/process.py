@@ -204,38 +204,49 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def cluster_stable(instances: Sequence[InstanceProcess], *, standbys: bool = True) -> bool:
-    """Whether every instance is ready and sees exactly these members, every partition
-    served by the owner the assignment names (no move pending) and, with ``standbys``, a
-    caught-up standby copy of each."""
+def cluster_unsettled(instances: Sequence[InstanceProcess], *, standbys: bool = True) -> str | None:
+    """Why the cluster is not stable yet, or None once every instance is ready and sees exactly
+    these members, every partition served by the owner the assignment names (no move pending)
+    and, with ``standbys``, a caught-up standby copy of each."""
     urls = {i.url for i in instances}
     for instance in instances:
-        if http("GET", f"{instance.url}/ready", timeout=5)[0] != 200:
-            return False
+        status, ready = http("GET", f"{instance.url}/ready", timeout=5)
+        if status != 200:
+            return f"{instance.url} not ready: {ready}"
         status, view = http("GET", f"{instance.url}/cluster", timeout=5)
-        if status != 200 or {m["url"] for m in view["instances"]} != urls:
-            return False
+        if status != 200:
+            return f"{instance.url}/cluster answered {status}: {view}"
+        members = {m["url"] for m in view["instances"]}
+        if members != urls:
+            return f"{instance.url} sees members {sorted(members)}"
         if not view["settled"]:
-            return False
-        for partitions in view["partitions"].values():
-            for entry in partitions.values():
+            return f"{instance.url}: assignment generation {view['generation']} not settled"
+        for topic, partitions in view["partitions"].items():
+            for p, entry in partitions.items():
                 if entry["active"] not in urls:
-                    return False
+                    return f"{instance.url}: {topic}/{p} has no live owner"
                 if standbys and not any(s["lag"] == 0 for s in entry["standbys"]):
-                    return False
-    return True
+                    return f"{instance.url}: {topic}/{p} has no caught-up standby: {entry}"
+    return None
+
+
+def cluster_stable(instances: Sequence[InstanceProcess], *, standbys: bool = True) -> bool:
+    """Whether :func:`cluster_unsettled` finds nothing left to settle."""
+    return cluster_unsettled(instances, standbys=standbys) is None
 
 
 def wait_cluster_stable(
     instances: Sequence[InstanceProcess], *, standbys: bool = True, timeout: float = 120.0
 ) -> None:
-    """Wait until :func:`cluster_stable`; raise with the first instance's map if it never is."""
+    """Wait until :func:`cluster_stable`; raise saying what was still unsettled if it never is."""
     deadline = time.monotonic() + timeout
+    reason: str | None = "not asked yet"
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if cluster_stable(instances, standbys=standbys):
-                return
+        try:
+            reason = cluster_unsettled(instances, standbys=standbys)
+        except OSError as exc:
+            reason = repr(exc)
+        if reason is None:
+            return
         time.sleep(0.1)
-    raise FoldstreamError(
-        f"cluster not stable after {timeout}s: {http('GET', f'{instances[0].url}/cluster')}"
-    )
+    raise FoldstreamError(f"cluster not stable after {timeout}s: {reason}")

@@ -36,6 +36,7 @@ from foldstream.settings import Settings
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 0.5
 LEAD_INTERVAL_S = 0.1
+TAKEOVER_RETRY_S = 1.0
 TopicPartitions = frozenset[tuple[str, int]]
 
 
@@ -97,6 +98,10 @@ class ClusterNode:
         self._epoch = 0
         self._lock = threading.RLock()
         self._commands_lock = threading.Lock()
+        # Held while choosing and opening standby copies, and while a takeover releases its
+        # copies: a copy chosen from a view older than the takeover is never opened after the
+        # takeover released it (both would open one RocksDB in this process).
+        self._copies_lock = threading.Lock()
         self._gains: queue.Queue[TopicPartitions | None] = queue.Queue()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -217,14 +222,21 @@ class ClusterNode:
                 return
             try:
                 self._take_over(gained)
+                self._failure = None
             except Exception as exc:  # noqa: BLE001 - reported through /ready and the log
-                log.exception("taking over %s failed", sorted(gained))
+                log.exception("taking over %s failed; trying again", sorted(gained))
                 self._failure = f"taking over {sorted(gained)} failed: {exc}"
+                # Given back to the reconcile loop, which claims them again if still ours.
+                self._stopping.wait(TAKEOVER_RETRY_S)
+                with self._lock:
+                    self._restoring -= gained
+                self._wake.set()
 
     def _take_over(self, gained: TopicPartitions) -> None:
         started = time.monotonic()
         keys = self._store_keys(gained)
-        self.replicas.release(keys)
+        with self._copies_lock:
+            self.replicas.release(keys)
         restored = 0
         for store, partition in keys:
             restored += restore(
@@ -384,10 +396,11 @@ class ClusterNode:
         assignment = self.map.assignment()
         if assignment.generation == 0:
             return
-        with self._lock:
-            mine = self._serving | self._restoring | self.assigned()
-        wanted = assignment.standby_of(self.member_id) - mine
-        self.replicas.assign(self._store_keys(wanted))
+        with self._copies_lock:
+            with self._lock:
+                mine = self._serving | self._restoring | self.assigned()
+            wanted = assignment.standby_of(self.member_id) - mine
+            self.replicas.assign(self._store_keys(wanted))
 
     def _build_routes(self) -> None:
         routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}
