@@ -3,14 +3,15 @@
 The handler accepts commands only for the partitions it owns (:meth:`CommandHandler.assign`).
 For each it is the single writer: a transactional producer per partition fences any previous
 writer, then the partition is replayed to its end to rebuild its aggregates, which stay in
-memory and are updated with each command's own events once their transaction has committed.
-Commands of one partition run one at a time, so a command always sees the effects of the
-previous one, and an expected version is checked against the partition's latest state.
+memory. Commands of one partition run one at a time on the event loop, each against the state
+the previous ones left (including commands whose transaction is still in flight), so an expected
+version is checked against the partition's latest state. Their events are appended by group
+commit (:mod:`.group_commit`); a failed transaction closes the writer, which fails every later
+command too, and the partition's aggregates are rebuilt by a replay when it is taken again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import inspect
 import logging
@@ -21,14 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from foldstream.commands.group_commit import GroupCommitter
 from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
 from foldstream.errors import (
-    BrokerUnavailable,
     ConfigurationError,
     FoldstreamError,
     NotOwner,
-    PartitionFenced,
 )
 from foldstream.kafka import partition_for, read_to_end
 
@@ -162,8 +162,6 @@ class CommandHandler:
             name: {c: typing.get_type_hints(getattr(cls, c)) for c in self._commands[name]}
             for name, cls in self.aggregates.items()
         }
-        # Commands of a partition run one at a time on the event loop.
-        self._locks = [asyncio.Lock() for _ in range(partitions)]
         # Lock order: _membership, then _guard (held briefly, never around a blocking call),
         # then a writer's own lock (held for one transaction). The event loop takes only _guard.
         self._membership = threading.Lock()  # one assign/revoke/close at a time
@@ -171,6 +169,7 @@ class CommandHandler:
         self._writers: dict[int, PartitionWriter] = {}
         self._replaying: set[int] = set()
         self._executor: ThreadPoolExecutor | None = None
+        self._committer = GroupCommitter(lambda: self._executor, self._release)
 
     def start(self) -> None:
         """Start the threads that run transactions; the handler owns no partition yet."""
@@ -289,6 +288,9 @@ class CommandHandler:
         return writer
 
     def _release(self, writer: PartitionWriter, error: FoldstreamError) -> None:
+        # Its aggregates may hold effects of commands whose transaction failed: drop them all
+        # (taking the partition again replays it).
+        writer.aggregates.clear()
         with self._guard:
             mine = self._writers.get(writer.partition) is writer
             if mine:
@@ -319,12 +321,14 @@ class CommandHandler:
         """Run ``command`` on the aggregate and append its events; raises on any rejection.
 
         When ``expected_version`` is given, the command runs only if the aggregate is at that
-        version (0: it has no events yet), else :class:`VersionConflict`. The events are
-        appended in one transaction by the partition's writer. Nothing is appended and nothing
-        changes in memory when the command is rejected (:class:`NotOwner`,
-        :class:`VersionConflict`, :class:`DomainRuleViolation`, :class:`InvalidArguments`,
-        :class:`UnknownCommand`) or its transaction fails (:class:`PartitionFenced`,
-        :class:`BrokerUnavailable`; the handler then gives the partition up).
+        version (0: it has no events yet), else :class:`VersionConflict`; the version counts
+        commands whose transaction is still in flight. The events are appended by the
+        partition's writer, in one transaction with those of the commands queued beside them.
+        Nothing is appended and nothing changes in memory when the command is rejected
+        (:class:`NotOwner`, :class:`VersionConflict`, :class:`DomainRuleViolation`,
+        :class:`InvalidArguments`, :class:`UnknownCommand`). When its transaction fails
+        (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the handler gives the partition
+        up with its aggregates, and every command queued after it fails too.
         """
         signature = self.signature(aggregate, command)
         kwargs = bind_arguments(signature, self._hints[aggregate][command], arguments)
@@ -332,31 +336,27 @@ class CommandHandler:
             raise RuntimeError("the command handler is not started")
         cls = self.aggregates[aggregate]
         partition = self.partition_of(aggregate_id)
-        async with self._locks[partition]:
-            writer = self._writer(partition)
-            current = writer.aggregates.get(aggregate_id)
-            if current is not None and not isinstance(current, cls):
-                raise UnknownCommand(
-                    f"{aggregate_id!r} is a {type(current).__name__}, not a {cls.__name__}"
-                )
-            if expected_version is not None and expected_version != version_of(current):
-                raise VersionConflict(aggregate_id, expected_version, version_of(current))
-            target = current if current is not None else cls(id=aggregate_id)  # type: ignore[call-arg]
-            # Commands run on a copy, so a rejected command leaves no trace in memory either.
-            working = copy.deepcopy(target) if current is not None else target
-            getattr(working, command)(**kwargs)
-            events = list(working.collect_events())
-            if not events:
-                raise DomainRuleViolation(f"{command} changed nothing")
-            records = [self._codec.encode(e) for e in events]
-            loop = asyncio.get_running_loop()
-            try:
-                offset = await loop.run_in_executor(self._executor, writer.append, records)
-            except (PartitionFenced, BrokerUnavailable) as exc:
-                self._release(writer, exc)
-                raise
-            for record in records:
-                self._apply(writer.aggregates, record)
+        # No await until the events are queued: commands of a partition run one at a time.
+        writer = self._writer(partition)
+        current = writer.aggregates.get(aggregate_id)
+        if current is not None and not isinstance(current, cls):
+            raise UnknownCommand(
+                f"{aggregate_id!r} is a {type(current).__name__}, not a {cls.__name__}"
+            )
+        if expected_version is not None and expected_version != version_of(current):
+            raise VersionConflict(aggregate_id, expected_version, version_of(current))
+        target = current if current is not None else cls(id=aggregate_id)  # type: ignore[call-arg]
+        # Commands run on a copy, so a rejected command leaves no trace in memory either.
+        working = copy.deepcopy(target) if current is not None else target
+        getattr(working, command)(**kwargs)
+        events = list(working.collect_events())
+        if not events:
+            raise DomainRuleViolation(f"{command} changed nothing")
+        committed = self._committer.append(writer, [self._codec.encode(e) for e in events])
+        # The next command sees this one's effects; if its transaction fails, the writer is
+        # closed and these aggregates are dropped with it.
+        writer.aggregates[aggregate_id] = working
+        offset = await committed
         return CommandResult(
             events=[
                 {

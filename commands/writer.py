@@ -81,8 +81,8 @@ class PartitionWriter:
                 f"cannot initialise transactions of {self.transactional_id!r}: {exc}"
             ) from exc
 
-    def append(self, records: Sequence[EventRecord]) -> int:
-        """Append ``records`` in one transaction; return the offset of the last one.
+    def append(self, records: Sequence[EventRecord]) -> list[int]:
+        """Append ``records`` in one transaction; return their offsets, in order.
 
         Raises :class:`PartitionFenced` when another writer took the id over (nothing of this
         transaction lands), :class:`BrokerUnavailable` when the transaction's outcome is unknown,
@@ -122,7 +122,8 @@ class PartitionWriter:
                     f"committed on partition {self.partition} but delivery reports say {landed}; "
                     "this instance released the partition"
                 )
-        return int(delivered[-1][1].offset())
+        # Delivery reports of one partition come in the order the records were produced.
+        return [int(message.offset()) for _, message in delivered]
 
     def _fail(self) -> None:
         # close() would try to abort the failed transaction and warn; dropping the producer is
