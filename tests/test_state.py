@@ -43,3 +43,16 @@ def test_partition_identity_is_checked(tmp_path: Path) -> None:
     RocksDBWriter(tmp_path / "p0", identity="events/0").close()
     with pytest.raises(StateCorrupted, match="events/0"):
         RocksDBWriter(tmp_path / "p0", identity="events/1")
+
+
+def test_reopening_a_partition_leaves_no_files_behind(tmp_path: Path) -> None:
+    """Writers open a partition once per micro-batch: its directory must not grow with that."""
+    path = tmp_path / "p0"
+    for offset in range(60):
+        writer = RocksDBWriter(path, identity="t/0")
+        for key in range(20):
+            writer.put(b"k%d" % ((offset * 20 + key) % 300), b"1")
+        writer.commit(offset)
+        writer.close()
+    files = sorted(p.name for p in path.iterdir())
+    assert len(files) < 30, files

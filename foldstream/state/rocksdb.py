@@ -27,10 +27,16 @@ def partition_path(state_dir: Path, store: str, partition: int) -> Path:
     return Path(state_dir) / "stores" / store / f"p{partition:04d}"
 
 
+#: RocksDB info logs kept per partition. Each open starts a new one, and partitions are
+#: reopened on every micro-batch: unbounded, the old ones would pile up by the million.
+KEPT_INFO_LOGS = 2
+
+
 def _options() -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    options.set_keep_log_file_num(KEPT_INFO_LOGS)
     return options
 
 
