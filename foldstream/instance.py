@@ -26,6 +26,7 @@ from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.offsets import EndOffsets
 from foldstream.projections.runner import ProjectionRunner
 from foldstream.query_api import StoreReaders, query_routes
+from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
 from foldstream.service import Service
 from foldstream.settings import Settings
@@ -43,7 +44,7 @@ class Instance:
         self.handler: CommandHandler | None = None
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
-        self.app = Starlette(
+        routes = Starlette(
             routes=[
                 *command_routes(
                     lambda: self._require(self.handler), lambda: self._require(self.node)
@@ -57,6 +58,7 @@ class Instance:
             ],
             lifespan=self._lifespan,
         )
+        self.app = FastLookups(routes, readers=lambda: self.readers, locator=lambda: self.node)
 
     @staticmethod
     def _require(resource: Any) -> Any:
@@ -149,7 +151,12 @@ class Instance:
             await asyncio.to_thread(runner.start)
             stack.callback(runner.stop)
             ends = {
-                topic: EndOffsets(settings.bootstrap_servers, topic, list(range(count)))
+                topic: EndOffsets(
+                    settings.bootstrap_servers,
+                    topic,
+                    list(range(count)),
+                    fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
+                )
                 for topic, count in layout.items()
             }
             for topic_ends in ends.values():
@@ -158,7 +165,7 @@ class Instance:
                 bootstrap=settings.bootstrap_servers,
                 state_dir=settings.state_dir,
                 layouts=stores,
-                fetch_wait_max_ms=settings.fetch_wait_max_ms,
+                fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
             )
             stack.callback(replicas.close)
             readers = StoreReaders(

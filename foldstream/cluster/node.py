@@ -113,7 +113,7 @@ class ClusterNode:
             member_id=member_id,
             liveness_s=settings.session_timeout_ms / 1000,
             on_change=self._wake.set,
-            fetch_wait_max_ms=settings.fetch_wait_max_ms,
+            fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
         )
         self._threads = [
             threading.Thread(target=self._reconcile_loop, name="reconcile", daemon=True),
