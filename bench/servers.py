@@ -80,9 +80,11 @@ def minimal_app(
     )
 
 
-def foldstream_app() -> Starlette:
-    """foldstream's query routes over the stores named by ``BENCH_QUERY_*`` (a granian factory)."""
+def foldstream_app() -> Any:
+    """foldstream's query routes (with the lookup fast path, as an instance serves them) over
+    the stores named by ``BENCH_QUERY_*`` (a granian factory)."""
     from foldstream.query_api import StoreReaders, query_routes
+    from foldstream.query_api.fast_lookup import FastLookups
     from foldstream.query_api.stores import StoreInfo
     from foldstream.routing import LocalOnly
 
@@ -99,11 +101,11 @@ def foldstream_app() -> Starlette:
         },
     )
     owned = frozenset(range(partitions))
-    return Starlette(
-        routes=query_routes(
-            lambda: readers, lambda: LocalOnly(lambda: owned), lambda: (True, {}), dict
-        )
+    locator = LocalOnly(lambda: owned)
+    routes = Starlette(
+        routes=query_routes(lambda: readers, lambda: locator, lambda: (True, {}), dict)
     )
+    return FastLookups(routes, readers=lambda: readers, locator=lambda: locator)
 
 
 class ServerProcess:

@@ -78,7 +78,16 @@ def serve(
         session_timeout_ms=session_timeout_ms,
     )
     instance = Instance(service=definition, service_path=service, settings=settings)
-    uvicorn.run(instance.app, host=host, port=port, log_level="warning", lifespan="on")
+    # Redirect locations come from members' advertised URLs, never from forwarded headers.
+    uvicorn.run(
+        instance.app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        proxy_headers=False,
+        server_header=False,
+    )
 
 
 @cli.command()

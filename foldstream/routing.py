@@ -81,14 +81,21 @@ def redirect(request: Request, location: Redirect) -> Response:
             Unavailable(location.partition, f"members disagree on the owner after {hops} hops")
         )
     query = [(k, v) for k, v in request.query_params.multi_items() if k != HOPS_PARAM]
-    query.append((HOPS_PARAM, str(hops + 1)))
     # The raw path keeps the key's percent-encoding exactly as the client sent it.
     raw_path = request.scope.get("raw_path") or request.url.path.encode()
-    target = f"{location.url.rstrip('/')}{raw_path.decode('latin-1')}?{urlencode(query)}"
     return Response(
         status_code=307,
-        headers={"Location": target, "Cache-Control": "no-store"},
+        headers={
+            "Location": redirect_target(location.url, raw_path, query, hops + 1),
+            "Cache-Control": "no-store",
+        },
     )
+
+
+def redirect_target(url: str, raw_path: bytes, query: list[tuple[str, str]], hops: int) -> str:
+    """``raw_path`` with ``query`` on the member at ``url``, counting ``hops``."""
+    query = [*query, (HOPS_PARAM, str(hops))]
+    return f"{url.rstrip('/')}{raw_path.decode('latin-1')}?{urlencode(query)}"
 
 
 def parse_max_lag(request: Request) -> int | None:

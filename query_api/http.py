@@ -60,14 +60,7 @@ def query_routes(
         if not isinstance(location, Local):
             return unavailable(location)
         value = stores.get(store, partition, raw_key, standby=location.role == "standby")
-        served_by = json.dumps(
-            {
-                "instance": location.instance,
-                "role": location.role,
-                "partition": partition,
-                "lag": location.lag,
-            }
-        ).encode()
+        served_by = served_by_json(location, partition)
         if value is None:
             body = (
                 b'{"error":'
@@ -77,17 +70,7 @@ def query_routes(
                 + b"}"
             )
             return Response(body, status_code=404, media_type="application/json")
-        # The stored bytes are JSON already: answer without decoding and re-encoding them.
-        body = (
-            b'{"key":'
-            + json.dumps(key).encode()
-            + b',"value":'
-            + value
-            + b',"served_by":'
-            + served_by
-            + b"}"
-        )
-        return Response(body, media_type="application/json")
+        return Response(found_body(key, value, served_by), media_type="application/json")
 
     async def owners(request: Request) -> JSONResponse:
         store, key = request.path_params["store"], request.path_params["key"]
@@ -119,6 +102,32 @@ def query_routes(
         Route("/health", health),
         Route("/ready", ready),
     ]
+
+
+def served_by_json(location: Local, partition: int) -> bytes:
+    """The ``served_by`` object of a lookup answered here: instance, role, partition, lag."""
+    return json.dumps(
+        {
+            "instance": location.instance,
+            "role": location.role,
+            "partition": partition,
+            "lag": location.lag,
+        }
+    ).encode()
+
+
+def found_body(key: str, value: bytes, served_by: bytes) -> bytes:
+    """The body of a lookup's 200 answer. The stored bytes are JSON already: they are answered
+    without decoding and re-encoding them."""
+    return (
+        b'{"key":'
+        + json.dumps(key).encode()
+        + b',"value":'
+        + value
+        + b',"served_by":'
+        + served_by
+        + b"}"
+    )
 
 
 def cluster_partition(cluster: dict[str, Any], topic: str, partition: int) -> dict[str, Any]:

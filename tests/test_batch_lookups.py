@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,17 @@ from foldstream.routing import LocalOnly
 from foldstream.state import RocksDBWriter, partition_path
 
 
-def call(app: Starlette, method: str, path: str, body: bytes) -> tuple[int, Any]:
-    """One request through the ASGI app, without a server."""
+def call(
+    app: Callable[..., Any],
+    method: str,
+    path: str,
+    body: bytes,
+    query: bytes = b"",
+    *,
+    raw: bool = False,
+) -> Any:
+    """One request through the ASGI app, without a server: ``(status, JSON body)``, or with
+    ``raw`` ``(status, headers, body bytes)``."""
     sent: list[dict[str, Any]] = []
     request = [{"type": "http.request", "body": body, "more_body": False}]
 
@@ -32,11 +42,13 @@ def call(app: Starlette, method: str, path: str, body: bytes) -> tuple[int, Any]
         "method": method,
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query,
         "headers": [(b"content-type", b"application/json")],
     }
     asyncio.run(app(scope, receive, send))
     payload = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    if raw:
+        return sent[0]["status"], dict(sent[0]["headers"]), payload
     return sent[0]["status"], json.loads(payload)
 
 

@@ -1,0 +1,93 @@
+"""The lookup fast path answers exactly what the Starlette route answers, or leaves it to it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+
+from foldstream.kafka import partition_for
+from foldstream.query_api import StoreReaders, query_routes
+from foldstream.query_api.fast_lookup import FastLookups
+from foldstream.query_api.stores import StoreInfo
+from foldstream.routing import Local, LocalOnly, Location, Redirect
+from foldstream.state import RocksDBWriter, partition_path
+from tests.test_batch_lookups import call
+
+
+def test_fast_path_answers_found_keys_and_passes_everything_else_on(tmp_path: Path) -> None:
+    stored = {"a": b'{"n":1}', "b\u00e9/x": b'"text"', "c": b"[1,2]"}
+    for key, value in stored.items():
+        partition = partition_for(key.encode(), 2)
+        writer = RocksDBWriter(partition_path(tmp_path, "kv", partition), identity=f"t/{partition}")
+        writer.put(key.encode(), value)
+        writer.commit(0)
+        writer.close()
+    readers = StoreReaders(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
+    owned = {0, 1}
+    locator = LocalOnly(lambda: owned)
+    routes = Starlette(
+        routes=query_routes(lambda: readers, lambda: locator, lambda: (True, {}), dict)
+    )
+    passed_on: list[str] = []
+
+    async def counted(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            passed_on.append(scope["path"])
+        await routes(scope, receive, send)
+
+    fast = FastLookups(counted, readers=lambda: readers, locator=lambda: locator)
+    try:
+        for key in stored:
+            path = f"/stores/kv/keys/{key}"
+            assert call(fast, "GET", path, b"") == call(routes, "GET", path, b"")
+        assert passed_on == [], "found keys of active partitions are answered by the fast path"
+
+        owned.discard(partition_for(b"a", 2))
+        others = [
+            ("/stores/kv/keys/zz", b""),  # missing: 404 with served_by
+            ("/stores/nope/keys/a", b""),  # unknown store
+            ("/stores/kv/keys/a", b""),  # partition not owned: 503
+            ("/stores/kv/keys/c", b"max_lag=x"),  # query parameters: the route parses them
+            ("/stores/kv/keys/", b""),
+        ]
+        for path, query in others:
+            passed_on.clear()
+            answer = call(fast, "GET", path, b"", query)
+            assert answer == call(routes, "GET", path, b"", query), path
+            assert passed_on == [path], path
+        assert call(fast, "GET", "/stores/kv/keys/a", b"")[0] == 503
+    finally:
+        readers.close()
+
+
+class OwnsPartitionZero:
+    """Partition 0 is served here, the others by the member at ``elsewhere``."""
+
+    elsewhere = "http://127.0.0.1:9"
+
+    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
+        if partition == 0:
+            return Local(partition, "active", 0, "here")
+        return Redirect(partition, self.elsewhere)
+
+
+def test_fast_path_redirects_like_the_route(tmp_path: Path) -> None:
+    readers = StoreReaders(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
+    locator = OwnsPartitionZero()
+    routes = Starlette(
+        routes=query_routes(lambda: readers, lambda: locator, lambda: (True, {}), dict)
+    )
+    fast = FastLookups(routes, readers=lambda: readers, locator=lambda: locator)
+    key = next(k for k in (f"r-{n}" for n in range(100)) if partition_for(k.encode(), 2) == 1)
+    path = f"/stores/kv/keys/{key}"
+    try:
+        answer = call(fast, "GET", path, b"", raw=True)
+        assert answer == call(routes, "GET", path, b"", raw=True)
+        status, headers, _ = answer
+        assert status == 307
+        assert headers[b"location"] == f"{locator.elsewhere}{path}?hops=1".encode()
+        assert headers[b"cache-control"] == b"no-store"
+    finally:
+        readers.close()
