@@ -19,6 +19,7 @@ bench: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: venv
 	$(VENV)/bin/ruff format .

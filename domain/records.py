@@ -123,7 +123,7 @@ class EventCodec:
         while from_version < event_class.class_version:
             getattr(event_class.cls, f"upcast_v{from_version}_v{from_version + 1}")(state)
             from_version += 1
-        domain_event = object.__new__(event_class.cls)
+        domain_event: Any = object.__new__(event_class.cls)
         object.__setattr__(domain_event, "__dict__", state)
         return domain_event
 

@@ -13,6 +13,7 @@ import socket
 import subprocess
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from confluent_kafka.admin import AdminClient
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
@@ -95,11 +96,13 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 30.0) -> EmbeddedBroker:
         url = f"tcp://127.0.0.1:{self.port}"
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        log: IO[bytes] | int = (
+            open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        )
         try:
             self._process = self._spawn(url, log)
         finally:
-            if log is not subprocess.DEVNULL:
+            if not isinstance(log, int):
                 log.close()  # the child holds its own copy
         try:
             wait_for_kafka(self.bootstrap, timeout)
@@ -110,7 +113,7 @@ class EmbeddedBroker:
             raise BrokerUnavailable(f"tansu exited with {self._process.returncode}")
         return self
 
-    def _spawn(self, url: str, log: object) -> subprocess.Popen[bytes]:
+    def _spawn(self, url: str, log: IO[bytes] | int) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [
                 str(tansu_binary()),
@@ -122,7 +125,7 @@ class EmbeddedBroker:
                 "--storage-engine",
                 "memory://tansu/",
             ],
-            stdout=log,  # type: ignore[arg-type]
+            stdout=log,
             stderr=log,  # type: ignore[arg-type]
             stdin=subprocess.DEVNULL,
         )

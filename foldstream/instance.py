@@ -21,6 +21,7 @@ from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
+from foldstream.direct_routes import DirectRoutes
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.offsets import EndOffsets
@@ -32,6 +33,7 @@ from foldstream.service import Service
 from foldstream.settings import Settings
 
 log = logging.getLogger(__name__)
+HOT_PATHS = ("/commands/{aggregate}/{aggregate_id}/{command}", "/stores/{store}/keys")
 
 
 class Instance:
@@ -44,7 +46,7 @@ class Instance:
         self.handler: CommandHandler | None = None
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
-        routes = Starlette(
+        app = Starlette(
             routes=[
                 *command_routes(
                     lambda: self._require(self.handler), lambda: self._require(self.node)
@@ -58,13 +60,22 @@ class Instance:
             ],
             lifespan=self._lifespan,
         )
-        self.app = FastLookups(routes, readers=lambda: self.readers, locator=lambda: self.node)
+        # The hot paths first: plain lookups, then commands and batch lookups; everything else
+        # through Starlette's middleware and router.
+        self.app = FastLookups(
+            DirectRoutes(app, HOT_PATHS), readers=lambda: self.readers, locator=lambda: self.node
+        )
 
     @staticmethod
     def _require(resource: Any) -> Any:
         if resource is None:
             raise RuntimeError("the instance is not started")
         return resource
+
+    def _released(self, partition: int, error: Exception) -> None:
+        # The command handler gave a partition up: the cluster node decides what happens next.
+        if self.node is not None:
+            self.node.released(partition, error)
 
     def provision(self) -> dict[str, int]:
         """Create the service's topics; return ``{topic: partitions}`` of every source topic."""
@@ -134,7 +145,7 @@ class Instance:
                     linger_ms=settings.linger_ms,
                     fetch_wait_max_ms=settings.fetch_wait_max_ms,
                     transactional_id_prefix=events,
-                    on_released=lambda p, error: self.node and self.node.released(p, error),
+                    on_released=self._released,
                 )
                 handler.start()
                 stack.callback(handler.close)

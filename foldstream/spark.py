@@ -27,6 +27,21 @@ FAST_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
 
+#: Attempts of a failed task in local mode, where Spark's default is one (``local[N]``): a task
+#: can fail transiently (seen: task deserialisation racing a query start), and a retried task
+#: applies nothing twice because the sink skips the offsets its stores already hold.
+LOCAL_TASK_ATTEMPTS = 4
+_LOCAL_MASTER = re.compile(r"local(?:\[([^,\]]+)\])?")
+
+
+def with_task_retries(master: str) -> str:
+    """``master`` with :data:`LOCAL_TASK_ATTEMPTS` for a local master that names none
+    (``local``, ``local[N]``, ``local[*]``); any other master as it is."""
+    matched = _LOCAL_MASTER.fullmatch(master)
+    if matched is None:
+        return master
+    return f"local[{matched.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
+
 
 def check_java() -> int:
     """The Java major version; raises with the remedy when Java is missing or too old."""
@@ -108,7 +123,7 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
     from foldstream.projections.source import KafkaSource
 
     session = (
-        SparkSession.builder.master(master)
+        SparkSession.builder.master(with_task_retries(master))
         .appName(app_name)
         .config("spark.sql.streaming.checkpointFileManagerClass", FAST_CHECKPOINTS)
         .config("spark.python.worker.reuse", "true")

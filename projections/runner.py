@@ -7,6 +7,7 @@ start resumes from what the stores hold, which is exact even if a checkpoint is 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import threading
 import time
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
     from foldstream.settings import Settings
 
 log = logging.getLogger(__name__)
+
+#: Restarts of a failed query allowed within :data:`RESTART_WINDOW_S`; past them the failure
+#: is reported (readiness) and the query stays stopped.
+MAX_RESTARTS = 3
+RESTART_WINDOW_S = 600.0
+SUPERVISE_INTERVAL_S = 0.5
 
 
 def stored_offsets(
@@ -69,7 +76,12 @@ class ProjectionRunner:
         self.quiesce_timeout_s = quiesce_timeout_s
         self.queries: dict[str, StreamingQuery] = {}
         self._owned: dict[str, dict[int, int]] = {}
+        self._restarts: dict[str, list[float]] = {}
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor = threading.Thread(
+            target=self._supervise_loop, name="projection-supervisor", daemon=True
+        )
 
     def _owned_path(self, store: str) -> Path:
         return self.settings.state_dir / "spark" / f"{store}.owned.json"
@@ -80,6 +92,7 @@ class ProjectionRunner:
             write_owned(self._owned_path(projection.store), {})
             self._owned[projection.store] = {}
             self.queries[projection.store] = self._start(projection)
+        self._supervisor.start()
 
     def run(self, owned: Mapping[str, Iterable[int]]) -> None:
         """Make each projection process exactly the ``owned`` partitions of its source topic."""
@@ -117,6 +130,10 @@ class ProjectionRunner:
 
     def _start(self, projection: Projection) -> StreamingQuery:
         settings = self.settings
+        # Spark resolves the Python data sources through the calling thread's active session,
+        # which a thread other than the one that built the session (the supervisor) lacks.
+        jvm_session = type(self.spark)._get_j_spark_session_class(self.spark._jvm)
+        jvm_session.setActiveSession(self.spark._jsparkSession)
         topic = projection.source_topic(settings.events_topic)
         scratch = settings.state_dir / "spark" / projection.store
         shutil.rmtree(scratch, ignore_errors=True)
@@ -145,18 +162,76 @@ class ProjectionRunner:
             .start()
         )
 
+    def _supervise_loop(self) -> None:
+        while not self._stopping.wait(SUPERVISE_INTERVAL_S):
+            try:
+                self.restart_failed()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("supervising the projections")
+
+    def restart_failed(self) -> None:
+        """Restart each query that stopped with an error (a Spark task failing past its
+        attempts), from the offsets its stores hold, while its restart budget lasts."""
+        with self._lock:
+            for projection in self.projections:
+                store = projection.store
+                if self._stopping.is_set() or self.queries[store].exception() is None:
+                    continue
+                now = time.monotonic()
+                recent = [t for t in self._restarts.get(store, []) if now - t < RESTART_WINDOW_S]
+                if len(recent) >= MAX_RESTARTS:
+                    continue  # reported by failure()
+                self._restarts[store] = [*recent, now]
+                topic = projection.source_topic(self.settings.events_topic)
+                # Nothing writes the stores of a stopped query: their offsets are exact.
+                starts = stored_offsets(
+                    self.settings.state_dir, store, topic, sorted(self._owned[store])
+                )
+                log.warning(
+                    "projection %s failed (%s); restart %d of %d within %.0fs from %s",
+                    store,
+                    _first_line(self.queries[store].exception()),
+                    len(recent) + 1,
+                    MAX_RESTARTS,
+                    RESTART_WINDOW_S,
+                    starts,
+                )
+                write_owned(self._owned_path(store), starts)
+                self._owned[store] = starts
+                self.queries[store] = self._start(projection)
+
     def failure(self) -> str | None:
-        """The error of the first query that stopped with one, or None while all run."""
+        """The error of the first query that failed past its restarts, or None."""
+        now = time.monotonic()
         for store, query in self.queries.items():
             error = query.exception()
-            if error is not None:
-                return f"projection {store!r} failed: {error}"
+            restarts = [t for t in self._restarts.get(store, []) if now - t < RESTART_WINDOW_S]
+            if error is not None and len(restarts) >= MAX_RESTARTS:
+                return (
+                    f"projection {store!r} failed {len(restarts) + 1} times within "
+                    f"{RESTART_WINDOW_S:.0f}s, last with: {_first_line(error)}"
+                )
         return None
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join()
         for query in self.queries.values():
             try:
                 query.stop()
             except Exception:  # noqa: BLE001 - stopping must go on for the other queries
                 log.exception("stopping %s", query.name)
         self.queries.clear()
+
+
+_PYTHON_ERROR = re.compile(r"^\w[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
+
+
+def _first_line(error: object) -> str:
+    """The Python error inside a Spark error (else its first line), without stack traces."""
+    text = str(error).strip()
+    raised = _PYTHON_ERROR.search(text)
+    if raised is not None:
+        return raised.group(0)
+    return text.splitlines()[0] if text else repr(error)

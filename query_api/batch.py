@@ -18,9 +18,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from foldstream.errors import StoreNotFound
+from foldstream.kafka import partition_for
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import error_response
-from foldstream.routing import Local, Location, Locator, Redirect
+from foldstream.routing import Local, Locator, Redirect
 
 MAX_KEYS = 10_000
 
@@ -48,34 +49,31 @@ def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locat
             return error_response(400, keys)
         current = readers()
         try:
-            topic = current.info(store).topic
+            info = current.info(store)
         except StoreNotFound as exc:
             return error_response(404, str(exc))
         route = locator()
-        locations: dict[int, Location] = {}
         found: list[bytes] = []
         missing: list[str] = []
         elsewhere: dict[str, list[str]] = {}
         unavailable: list[str] = []
-        local: dict[int, list[str]] = {}
+        by_partition: dict[int, list[str]] = {}
         for key in dict.fromkeys(keys):
-            partition = current.partition(store, key.encode())
-            location = locations.get(partition)
-            if location is None:
-                location = locations[partition] = route.locate(topic, partition)
+            partition = partition_for(key.encode(), info.partitions, info.partitioner)
+            by_partition.setdefault(partition, []).append(key)
+        for partition, wanted in by_partition.items():
+            location = route.locate(info.topic, partition)
             if isinstance(location, Redirect):
-                elsewhere.setdefault(location.url, []).append(key)
-            elif isinstance(location, Local):
-                local.setdefault(partition, []).append(key)
+                elsewhere.setdefault(location.url, []).extend(wanted)
+            elif not isinstance(location, Local):
+                unavailable.extend(wanted)
             else:
-                unavailable.append(key)
-        for partition, wanted in local.items():
-            values = current.get_many(store, partition, [k.encode() for k in wanted])
-            for key, value in zip(wanted, values, strict=True):
-                if value is None:
-                    missing.append(key)
-                else:
-                    found.append(encode_basestring_ascii(key).encode() + b":" + value)
+                values = current.get_many(store, partition, [k.encode() for k in wanted])
+                for key, value in zip(wanted, values, strict=True):
+                    if value is None:
+                        missing.append(key)
+                    else:
+                        found.append(encode_basestring_ascii(key).encode() + b":" + value)
         body = b'{"values":{%s},"missing":%s,"elsewhere":%s,"unavailable":%s}' % (
             b",".join(found),
             json.dumps(missing).encode(),

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.applications import Starlette
 
+from foldstream.direct_routes import DirectRoutes
 from foldstream.kafka import partition_for
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.stores import StoreInfo
@@ -52,7 +54,9 @@ def call(
     return sent[0]["status"], json.loads(payload)
 
 
-def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path) -> None:
+@pytest.mark.parametrize("direct", [False, True], ids=["through-starlette", "direct-route"])
+def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path, direct: bool) -> None:
+    """The same answers through Starlette's middleware and router and straight to the route."""
     stored = {"a": b'{"n":1}', "b\u00e9": b'"text"', "c": b"[1,2]"}
     for key, value in stored.items():
         partition = partition_for(key.encode(), 2)
@@ -62,11 +66,12 @@ def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path) -> None:
         writer.close()
     readers = StoreReaders(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
     owned = {0, 1}
-    app = Starlette(
+    routes = Starlette(
         routes=query_routes(
             lambda: readers, lambda: LocalOnly(lambda: owned), lambda: (True, {}), dict
         )
     )
+    app: Callable[..., Any] = DirectRoutes(routes, {"/stores/{store}/keys"}) if direct else routes
     try:
         status, body = call(
             app, "POST", "/stores/kv/keys", json.dumps(["a", "b\u00e9", "zz", "c"]).encode()
@@ -89,3 +94,8 @@ def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path) -> None:
             assert status == 400 and body["error"]
     finally:
         readers.close()
+
+
+def test_direct_routes_name_existing_routes_only() -> None:
+    with pytest.raises(ValueError, match="/nope"):
+        DirectRoutes(Starlette(routes=[]), {"/nope"})

@@ -42,6 +42,8 @@ class Assignment:
     standby: Standbys = field(default_factory=dict)
     #: Moves waiting for their new owner's copy to catch up (it is among the standbys).
     warmups: Partitions = field(default_factory=dict)
+    #: The live members it was planned for: a member joining or leaving calls for a new plan.
+    members: list[str] = field(default_factory=list)
 
     def owner(self, topic: str, partition: int) -> str | None:
         return self.active.get(topic, {}).get(str(partition))

@@ -306,9 +306,9 @@ class ClusterNode:
             standby_replicas=self.settings.standby_replicas,
             copy_lag=lambda member, topic, p: _copy_lag(self.stores, members[member], topic, p),
         )
-        if current.generation and current.same_plan(planned):
+        if current.generation and current.same_plan(planned) and current.members == sorted(members):
             return
-        new = Assignment(current.generation + 1, self.member_id, *planned)
+        new = Assignment(current.generation + 1, self.member_id, *planned, sorted(members))
         log.info(
             "assignment generation %d for %s: active %s, standby %s, warming up %s",
             new.generation,
@@ -440,11 +440,13 @@ class ClusterNode:
         }
 
     def _settled(self) -> bool:
-        """Whether every partition is served by the owner the assignment names, with no move
-        waiting for a warm-up."""
+        """Whether the assignment was planned for the live members and every partition is
+        served by the owner it names, with no move waiting for a warm-up."""
         assignment = self.map.assignment()
         if assignment.generation == 0 or any(assignment.warmups.values()):
             return False
+        if assignment.members != sorted(self.map.members()):
+            return False  # the leader has yet to plan for a member that joined or left
         for (topic, p), (active, _) in self._routes.items():
             owner = assignment.owner(topic, p)
             state = self.map.members().get(owner) if owner is not None else None

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any, cast
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
@@ -181,5 +182,5 @@ class RocksDBReader(_RocksDBPartition):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         if time.monotonic() - self._checked_at > self._max_staleness:
             self.refresh()
-        values: list[bytes | None] = self._db.get(keys)  # one multi-get
-        return values
+        # One multi-get (rocksdict's stub types keys as a list of scalars, bytes among them).
+        return cast("list[bytes | None]", self._db.get(cast(Any, keys)))

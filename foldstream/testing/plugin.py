@@ -9,7 +9,8 @@ Load it from the project's root ``conftest.py`` and name the service under test:
         return "my_service.query_api:service"
 
 It loads the step library (:mod:`foldstream.testing.steps` and, for clusters of instances,
-:mod:`foldstream.testing.cluster_steps`) as well, so feature files can use its sentences with
+:mod:`foldstream.testing.cluster_steps`, and for failing projections
+:mod:`foldstream.testing.recovery_steps`) as well, so feature files can use its sentences with
 nothing but ``scenarios(...)`` in a test module.
 """
 
@@ -23,7 +24,11 @@ import pytest
 from foldstream.broker import EmbeddedBroker
 from foldstream.process import InstanceProcess, wait_cluster_stable
 
-pytest_plugins = ["foldstream.testing.steps", "foldstream.testing.cluster_steps"]
+pytest_plugins = [
+    "foldstream.testing.steps",
+    "foldstream.testing.cluster_steps",
+    "foldstream.testing.recovery_steps",
+]
 
 
 class InstancePool:
