@@ -41,7 +41,8 @@ def test_fast_path_answers_found_keys_and_passes_everything_else_on(tmp_path: Pa
     try:
         for key in stored:
             path = f"/stores/kv/keys/{key}"
-            assert call(fast, "GET", path, b"") == call(routes, "GET", path, b"")
+            for query in (b"", b"hops=1"):  # as sent by a client, and after a redirect
+                assert call(fast, "GET", path, b"", query) == call(routes, "GET", path, b"", query)
         assert passed_on == [], "found keys of active partitions are answered by the fast path"
 
         owned.discard(partition_for(b"a", 2))
@@ -50,6 +51,8 @@ def test_fast_path_answers_found_keys_and_passes_everything_else_on(tmp_path: Pa
             ("/stores/nope/keys/a", b""),  # unknown store
             ("/stores/kv/keys/a", b""),  # partition not owned: 503
             ("/stores/kv/keys/c", b"max_lag=x"),  # query parameters: the route parses them
+            ("/stores/kv/keys/c", b"hops=1&max_lag=0"),
+            ("/stores/kv/keys/c", b"hops=x"),  # 400 from the route
             ("/stores/kv/keys/", b""),
         ]
         for path, query in others:
@@ -89,5 +92,11 @@ def test_fast_path_redirects_like_the_route(tmp_path: Path) -> None:
         assert status == 307
         assert headers[b"location"] == f"{locator.elsewhere}{path}?hops=1".encode()
         assert headers[b"cache-control"] == b"no-store"
+        # A redirected lookup redirected again counts one more hop, until the route's 503.
+        for hops, status in ((1, 307), (2, 307), (3, 503)):
+            query = f"hops={hops}".encode()
+            answer = call(fast, "GET", path, b"", query, raw=True)
+            assert answer == call(routes, "GET", path, b"", query, raw=True), hops
+            assert answer[0] == status, hops
     finally:
         readers.close()
