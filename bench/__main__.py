@@ -30,6 +30,9 @@ from foldstream.settings import Settings
 from foldstream.spark import FAST_CHECKPOINTS, JVM_OPTIONS, spark_session
 
 PARTITIONS = 4
+#: A command rate one instance sustains on 2 cores beside its load generator: freshness there is
+#: the pipeline's own latency, at the issue's 1k/s it includes the queue of an overloaded instance.
+LOW_RATE = 100.0
 GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -300,17 +303,22 @@ def _inventory(
     with instance, PeakRss(_pid(instance)) as peak:
         _step(console, "starting the inventory instance", lambda: instance.wait_ready(timeout=600))
         tail = freshness.TailingFold(bootstrap, "inventory.events", PARTITIONS, tmp / "tail")
-        with tail:
-            client = _step(
+
+        def freshness_at(rate: float) -> freshness.ClientResult:
+            instance.wait_ready(timeout=600)  # no backlog left from the run before
+            return _step(  # type: ignore[no-any-return]
                 console,
-                f"freshness at {size['rate']:,.0f} commands/s for {size['fresh_seconds']:g}s",
+                f"freshness at {rate:,.0f} commands/s for {size['fresh_seconds']:g}s",
                 lambda: freshness.run_client(
                     instance.url,
-                    rate=size["rate"],
+                    rate=rate,
                     seconds=size["fresh_seconds"],
                     keys=size["command_keys"],
                 ),
             )
+
+        with tail:
+            clients = {rate: freshness_at(rate) for rate in (size["rate"], LOW_RATE)}
         target = lookups.Target("inventory instance", instance.url, _pid(instance))
         figures = _step(
             console,
@@ -321,15 +329,23 @@ def _inventory(
         )
     rss["inventory instance (freshness + commands)"] = peak.peak
     rss["inventory instance (PSS)"] = peak.peak_pss
-    return _freshness_figures(client, tail, noop, size) + figures  # type: ignore[no-any-return]
+    return [  # type: ignore[no-any-return]
+        *_freshness_figures(clients[size["rate"]], tail, noop, rate=size["rate"], targeted=True),
+        *_freshness_figures(clients[LOW_RATE], tail, noop, rate=LOW_RATE, targeted=False),
+        *figures,
+    ]
 
 
 def _freshness_figures(
     client: freshness.ClientResult,
     tail: freshness.TailingFold,
     noop: dict[str, float],
-    size: dict[str, Any],
+    *,
+    rate: float,
+    targeted: bool,
 ) -> list[Figure]:
+    """Freshness p50 and p99 of one client run (the issue's targets apply at the 1k/s rate),
+    and the tailing consumer's for the same commands."""
     seen = [p for p in client.probes if p.visible is not None]
     served = [(p.visible - p.acknowledged) * 1e3 for p in seen if p.visible is not None]
     tailed = [
@@ -345,25 +361,31 @@ def _freshness_figures(
     )
     reference = f"do-nothing Python reader→writer batch (median, p90 {noop['p90']:.0f} ms)"
     details = {"noop": noop, "served_ms": served, "tailing_ms": tailed}
+    at = f"at {rate:,.0f} commands/s"
     figures = [
         Figure(
-            "freshness p50: command ack → visible through the query API",
+            f"freshness p50 {at}: command ack → visible through the query API",
             freshness.percentile(served, 0.5),
             "ms",
             batch,
             reference,
-            ("<=", 2.0),
-            note=common,
+            ("<=", 2.0) if targeted else None,
+            note=common if targeted else f"{common}; info: below the instance's saturation",
             details=details,
         ),
         Figure(
-            "freshness p99", freshness.percentile(served, 0.99), "ms", batch, reference, ("<=", 4.0)
+            f"freshness p99 {at}",
+            freshness.percentile(served, 0.99),
+            "ms",
+            batch,
+            reference,
+            ("<=", 4.0) if targeted else None,
         ),
     ]
     if tailed:
         figures.append(
             Figure(
-                "reference: plain tailing consumer, same fold (p50 / p99 in note)",
+                f"reference {at}: plain tailing consumer, same fold (p50; p99 in note)",
                 freshness.percentile(tailed, 0.5),
                 "ms",
                 note=f"p99 {freshness.percentile(tailed, 0.99):.0f} ms; info",
