@@ -177,11 +177,10 @@ class ProjectionRunner:
                 store = projection.store
                 if self._stopping.is_set() or self.queries[store].exception() is None:
                     continue
-                now = time.monotonic()
-                recent = [t for t in self._restarts.get(store, []) if now - t < RESTART_WINDOW_S]
+                recent = self._recent_restarts(store)
                 if len(recent) >= MAX_RESTARTS:
                     continue  # reported by failure()
-                self._restarts[store] = [*recent, now]
+                self._restarts[store] = [*recent, time.monotonic()]
                 topic = projection.source_topic(self.settings.events_topic)
                 # Nothing writes the stores of a stopped query: their offsets are exact.
                 starts = stored_offsets(
@@ -190,7 +189,7 @@ class ProjectionRunner:
                 log.warning(
                     "projection %s failed (%s); restart %d of %d within %.0fs from %s",
                     store,
-                    _first_line(self.queries[store].exception()),
+                    _error_summary(self.queries[store].exception()),
                     len(recent) + 1,
                     MAX_RESTARTS,
                     RESTART_WINDOW_S,
@@ -200,16 +199,19 @@ class ProjectionRunner:
                 self._owned[store] = starts
                 self.queries[store] = self._start(projection)
 
+    def _recent_restarts(self, store: str) -> list[float]:
+        now = time.monotonic()
+        return [t for t in self._restarts.get(store, []) if now - t < RESTART_WINDOW_S]
+
     def failure(self) -> str | None:
         """The error of the first query that failed past its restarts, or None."""
-        now = time.monotonic()
         for store, query in self.queries.items():
             error = query.exception()
-            restarts = [t for t in self._restarts.get(store, []) if now - t < RESTART_WINDOW_S]
+            restarts = self._recent_restarts(store)
             if error is not None and len(restarts) >= MAX_RESTARTS:
                 return (
                     f"projection {store!r} failed {len(restarts) + 1} times within "
-                    f"{RESTART_WINDOW_S:.0f}s, last with: {_first_line(error)}"
+                    f"{RESTART_WINDOW_S:.0f}s, last with: {_error_summary(error)}"
                 )
         return None
 
@@ -228,7 +230,7 @@ class ProjectionRunner:
 _PYTHON_ERROR = re.compile(r"^\w[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
 
 
-def _first_line(error: object) -> str:
+def _error_summary(error: object) -> str:
     """The Python error inside a Spark error (else its first line), without stack traces."""
     text = str(error).strip()
     raised = _PYTHON_ERROR.search(text)
