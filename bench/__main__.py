@@ -243,12 +243,27 @@ def _lookups(
         assert producer.flush(120) == 0
 
     _step(console, f"producing {keys:,} keys to a queryable topic", load)
-    instance = InstanceProcess(
-        bootstrap=bootstrap,
+    where: dict[str, Any] = dict(
         state_dir=tmp / "prices",
-        service="foldstream.examples.prices:service",
+        store="prices",
         partitions=PARTITIONS,
+        partitioner="consistent",
+        keys=keys,
+        key_format="k-%07d",
+        seconds=size["seconds"],
+        rounds=size["rounds"],
     )
+
+    def prices_instance(server: str) -> InstanceProcess:
+        return InstanceProcess(
+            bootstrap=bootstrap,
+            state_dir=tmp / "prices",
+            service="foldstream.examples.prices:service",
+            partitions=PARTITIONS,
+            server=server,
+        )
+
+    instance = prices_instance("uvicorn")
     with instance, PeakRss(_pid(instance)) as peak:
         started = time.perf_counter()
         _step(
@@ -261,18 +276,7 @@ def _lookups(
         figures = _step(
             console,
             "lookups: instance vs minimal app vs variants",
-            lambda: lookups.lookup_figures(
-                wrk,
-                target,
-                state_dir=tmp / "prices",
-                store="prices",
-                partitions=PARTITIONS,
-                partitioner="consistent",
-                keys=keys,
-                key_format="k-%07d",
-                seconds=size["seconds"],
-                rounds=size["rounds"],
-            ),
+            lambda: lookups.lookup_figures(wrk, target, **where),
         )
     rss["instance serving a queryable topic"] = peak.peak
     rss["instance serving a queryable topic (PSS)"] = peak.peak_pss
@@ -284,6 +288,19 @@ def _lookups(
             note="info: instance start (JVM, Spark) included",
         )
     )
+    # The same stores served by the instance restarted on the other HTTP server.
+    on_granian = prices_instance("granian")
+    with on_granian:
+        _step(console, "instance restarted with --server granian", on_granian.wait_ready)
+        target = lookups.Target("instance on granian", on_granian.url, _pid(on_granian))
+        figures.insert(
+            1,
+            _step(
+                console,
+                "lookups: instance on granian vs minimal app",
+                lambda: lookups.instance_on_granian_figure(wrk, target, **where),
+            ),
+        )
     return figures  # type: ignore[no-any-return]
 
 

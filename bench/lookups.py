@@ -8,13 +8,14 @@ routes without an instance, on uvicorn and on granian.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.load import Load, run_load
-from bench.procs import CpuMeter
+from bench.procs import CpuMeter, cpu_seconds
 from bench.report import Figure
 from bench.servers import ServerProcess
 from foldstream.broker import free_port
@@ -55,6 +56,21 @@ def measure(
     )
 
 
+def warm_up(
+    wrk: str | None, target: Target, load: Load, seconds: float = 3.0, idle_cpu: float = 0.3
+) -> None:
+    """An unmeasured round, then a wait (up to 60 s) until the target's tree uses less than
+    ``idle_cpu`` of a core: a just-started instance is still compiling (JVM), starting Python
+    workers and running its first micro-batches, which would be charged to the lookups."""
+    run_load(wrk, target.url, load, seconds=seconds, connections=32)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        before = cpu_seconds(target.pid)
+        time.sleep(1.0)
+        if cpu_seconds(target.pid) - before < idle_cpu:
+            return
+
+
 def _mean(rates: list[Rate]) -> Rate:
     n = len(rates)
     return Rate(
@@ -67,9 +83,14 @@ def _mean(rates: list[Rate]) -> Rate:
 
 
 def _servers(
-    stack: ExitStack, state_dir: Path, store: str, partitions: int, partitioner: str
+    stack: ExitStack,
+    state_dir: Path,
+    store: str,
+    partitions: int,
+    partitioner: str,
+    kinds: tuple[str, ...] = ("minimal", "foldstream-uvicorn", "foldstream-granian"),
 ) -> Iterator[Target]:
-    for kind in ("minimal", "foldstream-uvicorn", "foldstream-granian"):
+    for kind in kinds:
         server = stack.enter_context(
             ServerProcess(
                 kind,
@@ -98,6 +119,7 @@ def lookup_figures(
 ) -> list[Figure]:
     get = Load("GET", f"/stores/{store}/keys/{{key}}", keys, key_format)
     batch = Load("POST", f"/stores/{store}/keys", keys, key_format, batch=BATCH)
+    warm_up(wrk, instance, get)
     with ExitStack() as stack:
         targets = [instance, *_servers(stack, state_dir, store, partitions, partitioner)]
         singles: dict[str, list[Rate]] = {t.name: [] for t in targets}
@@ -163,3 +185,43 @@ def lookup_figures(
     if bad:
         figures[0].note += f"; {bad} non-2xx/errors!"
     return figures
+
+
+def instance_on_granian_figure(
+    wrk: str | None,
+    instance: Target,
+    *,
+    state_dir: Path,
+    store: str,
+    partitions: int,
+    partitioner: str,
+    keys: int,
+    key_format: str,
+    seconds: float,
+    rounds: int,
+) -> Figure:
+    """Lookups per CPU-second of an instance run with ``--server granian``, beside the minimal
+    app in alternating rounds (its own rounds: the machine's load drifts between figures)."""
+    get = Load("GET", f"/stores/{store}/keys/{{key}}", keys, key_format)
+    warm_up(wrk, instance, get)
+    with ExitStack() as stack:
+        (minimal,) = _servers(stack, state_dir, store, partitions, partitioner, ("minimal",))
+        measured: dict[str, list[Rate]] = {instance.name: [], minimal.name: []}
+        for _ in range(rounds):
+            for target in (instance, minimal):
+                measured[target.name].append(measure(wrk, target, get, seconds))
+    on_granian, reference = _mean(measured[instance.name]), _mean(measured[minimal.name])
+    return Figure(
+        f"lookups per server CPU-s, instance with --server granian, {keys:,} keys",
+        on_granian.per_cpu,
+        "req/CPU-s",
+        reference.per_cpu,
+        "minimal Starlette+uvicorn rocksdict get",
+        (">=", 1.0),
+        note=(
+            f"instance tree (API+JVM+workers); p99 {on_granian.p99_ms:.1f} ms vs "
+            f"{reference.p99_ms:.1f} ms; stretch ≥ 1.25×"
+            + (f"; {on_granian.non_2xx} non-2xx/errors!" if on_granian.non_2xx else "")
+        ),
+        details={"instance": vars(on_granian), "minimal": vars(reference)},
+    )

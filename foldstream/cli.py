@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import signal
 import threading
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Annotated
 import typer
 
 from foldstream.errors import FoldstreamError
+from foldstream.serving import HttpServer
 
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
@@ -52,21 +51,19 @@ def serve(
     session_timeout_ms: Annotated[
         int | None, typer.Option(help="how long a silent instance keeps its partitions")
     ] = None,
+    server: Annotated[
+        HttpServer, typer.Option(help="HTTP server; granian: faster lookups, own worker process")
+    ] = HttpServer.uvicorn,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
-    import uvicorn
-
-    from foldstream.instance import Instance
     from foldstream.service import load_service
+    from foldstream.serving import configure_logging
+    from foldstream.serving import serve as serve_instance
     from foldstream.settings import Settings
 
-    logging.basicConfig(
-        level=os.environ.get("FOLDSTREAM_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    definition = load_service(service)
+    configure_logging()
     settings = Settings.from_env(
-        service=definition.name,
+        service=load_service(service).name,
         host=host,
         port=port,
         bootstrap_servers=bootstrap,
@@ -77,17 +74,7 @@ def serve(
         standby_replicas=standbys,
         session_timeout_ms=session_timeout_ms,
     )
-    instance = Instance(service=definition, service_path=service, settings=settings)
-    # Redirect locations come from members' advertised URLs, never from forwarded headers.
-    uvicorn.run(
-        instance.app,
-        host=host,
-        port=port,
-        log_level="warning",
-        lifespan="on",
-        proxy_headers=False,
-        server_header=False,
-    )
+    serve_instance(service, settings, server)
 
 
 @cli.command()

@@ -90,6 +90,7 @@ class InstanceProcess:
         spark_master: str = "local[2]",
         standbys: int = 1,
         session_timeout_ms: int = 3000,
+        server: str = "uvicorn",
     ) -> None:
         self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
@@ -102,6 +103,7 @@ class InstanceProcess:
         self.spark_master = spark_master
         self.standbys = standbys
         self.session_timeout_ms = session_timeout_ms
+        self.server = server
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -136,6 +138,8 @@ class InstanceProcess:
                 str(self.standbys),
                 "--session-timeout-ms",
                 str(self.session_timeout_ms),
+                "--server",
+                self.server,
             ],
             stdout=log,
             stderr=log,

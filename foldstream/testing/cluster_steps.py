@@ -45,7 +45,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.client import HTTPException
 from typing import Any
 
 import pytest
@@ -57,9 +56,15 @@ from foldstream.kafka import partition_for, read_to_end
 from foldstream.process import InstanceProcess, cluster_stable, http, wait_cluster_stable
 from foldstream.projections.reference import fold_topic
 from foldstream.testing.plugin import InstancePool
-from foldstream.testing.steps import NAME, WAIT, ScenarioState, _source, service_of, wait_until
-
-REQUEST_ERRORS = (OSError, HTTPException)
+from foldstream.testing.steps import (
+    NAME,
+    REQUEST_ERRORS,
+    WAIT,
+    ScenarioState,
+    _source,
+    service_of,
+    wait_until,
+)
 
 
 @dataclass

@@ -48,13 +48,14 @@ class InstancePool:
         self._running: dict[str, InstanceProcess] = {}
         self._clusters: dict[tuple[str, int], list[InstanceProcess]] = {}
 
-    def _new(self, service: str, state_dir: str) -> InstanceProcess:
+    def _new(self, service: str, state_dir: str, server: str = "uvicorn") -> InstanceProcess:
         name = service.replace(":", ".").replace(".", "-")
         return InstanceProcess(
             bootstrap=self.bootstrap,
             state_dir=self.root / name / state_dir,
             service=service,
             partitions=self.partitions,
+            server=server,
         )
 
     @staticmethod
@@ -66,11 +67,13 @@ class InstancePool:
         for instance in dead:
             instance.wait_ready()
 
-    def get(self, service: str) -> InstanceProcess:
-        """The running, ready instance of ``service`` (``package.module:attribute``)."""
-        if service not in self._running:
-            self._running[service] = self._new(service, "state")
-        instance = self._running[service]
+    def get(self, service: str, server: str = "uvicorn") -> InstanceProcess:
+        """The running, ready instance of ``service`` (``package.module:attribute``) on the
+        HTTP ``server`` (``uvicorn`` or ``granian``)."""
+        key = f"{service} on {server}"
+        if key not in self._running:
+            self._running[key] = self._new(service, f"state-{server}", server)
+        instance = self._running[key]
         self._start_dead([instance])
         return instance
 

@@ -45,6 +45,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http.client import HTTPException
 from typing import Any
 
 import pytest
@@ -72,6 +73,8 @@ from foldstream.settings import Settings
 from foldstream.testing.kafka import CommandWriter, append_events, log_ends, records_at
 from foldstream.testing.plugin import InstancePool
 
+#: What a request to an instance that is down (or going down) raises.
+REQUEST_ERRORS = (OSError, HTTPException)
 WAIT = 120.0  # generous: the first micro-batch after a start is slow on a loaded machine
 NAME = r"[\w-]+"
 
@@ -146,6 +149,14 @@ def lookup(instance: InstanceProcess, store: str, key: str) -> tuple[int, Any]:
 @given(parsers.parse('the service "{service}" is running'), target_fixture="instance")
 def the_service_is_running(instances: InstancePool, service: str) -> InstanceProcess:
     return instances.get(service)
+
+
+@given(parsers.parse('the service "{service}" is running on {server}'), target_fixture="instance")
+def the_service_is_running_on(
+    instances: InstancePool, service: str, server: str
+) -> InstanceProcess:
+    """``server`` is the HTTP server of ``foldstream serve --server``: uvicorn or granian."""
+    return instances.get(service, server)
 
 
 @given(parsers.parse('the topic "{topic}" has {partitions:d} partitions'))
@@ -303,6 +314,28 @@ def writer_stops(scenario_state: ScenarioState, rounds: int) -> None:
 def restart(instance: InstanceProcess) -> None:
     instance.start()
     instance.wait_ready()
+
+
+@when("the instance's own process is killed with kill -9")
+def kill_server_process(instance: InstanceProcess) -> None:
+    """SIGKILL the ``foldstream serve`` process alone (not its process group)."""
+    assert instance.process is not None, "the instance is not running"
+    instance.process.kill()
+    instance.process.wait()
+
+
+@then("nothing of the instance answers any more")
+def instance_gone(instance: InstanceProcess) -> None:
+    """No orphan (e.g. an HTTP server's worker process) goes on serving the instance's port."""
+
+    def gone() -> bool:
+        try:
+            http("GET", f"{instance.url}/health")
+        except REQUEST_ERRORS:
+            return True
+        return False
+
+    wait_until(gone, lambda: f"{instance.url} still answers after its process was killed")
 
 
 # Then ----------------------------------------------------------------------------------------
