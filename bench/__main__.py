@@ -243,7 +243,7 @@ def _lookups(
         assert producer.flush(120) == 0
 
     _step(console, f"producing {keys:,} keys to a queryable topic", load)
-    where: dict[str, Any] = dict(
+    setup = lookups.LookupSetup(
         state_dir=tmp / "prices",
         store="prices",
         partitions=PARTITIONS,
@@ -276,7 +276,7 @@ def _lookups(
         figures = _step(
             console,
             "lookups: instance vs minimal app vs variants",
-            lambda: lookups.lookup_figures(wrk, target, **where),
+            lambda: lookups.lookup_figures(wrk, target, setup),
         )
     rss["instance serving a queryable topic"] = peak.peak
     rss["instance serving a queryable topic (PSS)"] = peak.peak_pss
@@ -298,7 +298,7 @@ def _lookups(
             _step(
                 console,
                 "lookups: instance on granian vs minimal app",
-                lambda: lookups.instance_on_granian_figure(wrk, target, **where),
+                lambda: lookups.instance_on_granian_figure(wrk, target, setup),
             ),
         )
     return figures  # type: ignore[no-any-return]

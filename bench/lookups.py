@@ -30,6 +30,24 @@ class Target:
     pid: int
 
 
+@dataclass(frozen=True)
+class LookupSetup:
+    """The stores the lookups read (``keys`` keys formatted with ``key_format``) and how long
+    they are measured (``rounds`` alternated rounds of ``seconds``)."""
+
+    state_dir: Path
+    store: str
+    partitions: int
+    partitioner: str
+    keys: int
+    key_format: str
+    seconds: float
+    rounds: int
+
+    def get(self) -> Load:
+        return Load("GET", f"/stores/{self.store}/keys/{{key}}", self.keys, self.key_format)
+
+
 @dataclass
 class Rate:
     """Requests (or keys) per CPU-second of a target's tree and of its root process."""
@@ -84,58 +102,43 @@ def _mean(rates: list[Rate]) -> Rate:
 
 def _servers(
     stack: ExitStack,
-    state_dir: Path,
-    store: str,
-    partitions: int,
-    partitioner: str,
+    setup: LookupSetup,
     kinds: tuple[str, ...] = ("minimal", "foldstream-uvicorn", "foldstream-granian"),
 ) -> Iterator[Target]:
     for kind in kinds:
         server = stack.enter_context(
             ServerProcess(
                 kind,
-                state_dir=state_dir,
-                store=store,
-                partitions=partitions,
-                partitioner=partitioner,
+                state_dir=setup.state_dir,
+                store=setup.store,
+                partitions=setup.partitions,
+                partitioner=setup.partitioner,
                 port=free_port(),
             )
         )
         yield Target(kind, server.url, server.pid)
 
 
-def lookup_figures(
-    wrk: str | None,
-    instance: Target,
-    *,
-    state_dir: Path,
-    store: str,
-    partitions: int,
-    partitioner: str,
-    keys: int,
-    key_format: str,
-    seconds: float,
-    rounds: int,
-) -> list[Figure]:
-    get = Load("GET", f"/stores/{store}/keys/{{key}}", keys, key_format)
-    batch = Load("POST", f"/stores/{store}/keys", keys, key_format, batch=BATCH)
+def lookup_figures(wrk: str | None, instance: Target, setup: LookupSetup) -> list[Figure]:
+    get = setup.get()
+    batch = Load("POST", f"/stores/{setup.store}/keys", setup.keys, setup.key_format, batch=BATCH)
     warm_up(wrk, instance, get)
     with ExitStack() as stack:
-        targets = [instance, *_servers(stack, state_dir, store, partitions, partitioner)]
+        targets = [instance, *_servers(stack, setup)]
         singles: dict[str, list[Rate]] = {t.name: [] for t in targets}
         batches: dict[str, list[Rate]] = {t.name: [] for t in targets[:2]}
-        for _ in range(rounds):  # alternate, so drifting machine load hits every target alike
+        for _ in range(setup.rounds):  # alternate, so drifting machine load hits every target alike
             for target in targets:
-                singles[target.name].append(measure(wrk, target, get, seconds))
+                singles[target.name].append(measure(wrk, target, get, setup.seconds))
             for target in targets[:2]:
-                batches[target.name].append(measure(wrk, target, batch, seconds))
+                batches[target.name].append(measure(wrk, target, batch, setup.seconds))
     single = {name: _mean(rates) for name, rates in singles.items()}
     many = {name: _mean(rates) for name, rates in batches.items()}
     reference = single["minimal"]
     details = {name: vars(rate) for name, rate in single.items()}
     figures = [
         Figure(
-            f"lookups per server CPU-s, GET by key, {keys:,} keys",
+            f"lookups per server CPU-s, GET by key, {setup.keys:,} keys",
             single[instance.name].per_cpu,
             "req/CPU-s",
             reference.per_cpu,
@@ -187,32 +190,20 @@ def lookup_figures(
     return figures
 
 
-def instance_on_granian_figure(
-    wrk: str | None,
-    instance: Target,
-    *,
-    state_dir: Path,
-    store: str,
-    partitions: int,
-    partitioner: str,
-    keys: int,
-    key_format: str,
-    seconds: float,
-    rounds: int,
-) -> Figure:
+def instance_on_granian_figure(wrk: str | None, instance: Target, setup: LookupSetup) -> Figure:
     """Lookups per CPU-second of an instance run with ``--server granian``, beside the minimal
     app in alternating rounds (its own rounds: the machine's load drifts between figures)."""
-    get = Load("GET", f"/stores/{store}/keys/{{key}}", keys, key_format)
+    get = setup.get()
     warm_up(wrk, instance, get)
     with ExitStack() as stack:
-        (minimal,) = _servers(stack, state_dir, store, partitions, partitioner, ("minimal",))
+        (minimal,) = _servers(stack, setup, ("minimal",))
         measured: dict[str, list[Rate]] = {instance.name: [], minimal.name: []}
-        for _ in range(rounds):
+        for _ in range(setup.rounds):
             for target in (instance, minimal):
-                measured[target.name].append(measure(wrk, target, get, seconds))
+                measured[target.name].append(measure(wrk, target, get, setup.seconds))
     on_granian, reference = _mean(measured[instance.name]), _mean(measured[minimal.name])
     return Figure(
-        f"lookups per server CPU-s, instance with --server granian, {keys:,} keys",
+        f"lookups per server CPU-s, instance with --server granian, {setup.keys:,} keys",
         on_granian.per_cpu,
         "req/CPU-s",
         reference.per_cpu,

@@ -19,6 +19,19 @@ from foldstream.routing import LocalOnly
 from foldstream.state import RocksDBWriter, partition_path
 
 
+def write_store(state_dir: Path, stored: dict[str, bytes]) -> StoreReaders:
+    """Store ``kv`` (2 partitions of topic ``t``, murmur2) holding ``stored``, and its readers."""
+    for key, value in stored.items():
+        partition = partition_for(key.encode(), 2)
+        writer = RocksDBWriter(
+            partition_path(state_dir, "kv", partition), identity=f"t/{partition}"
+        )
+        writer.put(key.encode(), value)
+        writer.commit(0)
+        writer.close()
+    return StoreReaders(state_dir, {"kv": StoreInfo("t", 2, "murmur2")})
+
+
 def call(
     app: Callable[..., Any],
     method: str,
@@ -58,13 +71,7 @@ def call(
 def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path, direct: bool) -> None:
     """The same answers through Starlette's middleware and router and straight to the route."""
     stored = {"a": b'{"n":1}', "b\u00e9": b'"text"', "c": b"[1,2]"}
-    for key, value in stored.items():
-        partition = partition_for(key.encode(), 2)
-        writer = RocksDBWriter(partition_path(tmp_path, "kv", partition), identity=f"t/{partition}")
-        writer.put(key.encode(), value)
-        writer.commit(0)
-        writer.close()
-    readers = StoreReaders(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
+    readers = write_store(tmp_path, stored)
     owned = {0, 1}
     routes = Starlette(
         routes=query_routes(

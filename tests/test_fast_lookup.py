@@ -12,19 +12,12 @@ from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
 from foldstream.routing import Local, LocalOnly, Location, Redirect
-from foldstream.state import RocksDBWriter, partition_path
-from tests.test_batch_lookups import call
+from tests.test_batch_lookups import call, write_store
 
 
 def test_fast_path_answers_found_keys_and_passes_everything_else_on(tmp_path: Path) -> None:
     stored = {"a": b'{"n":1}', "b\u00e9/x": b'"text"', "c": b"[1,2]"}
-    for key, value in stored.items():
-        partition = partition_for(key.encode(), 2)
-        writer = RocksDBWriter(partition_path(tmp_path, "kv", partition), identity=f"t/{partition}")
-        writer.put(key.encode(), value)
-        writer.commit(0)
-        writer.close()
-    readers = StoreReaders(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
+    readers = write_store(tmp_path, stored)
     owned = {0, 1}
     locator = LocalOnly(lambda: owned)
     routes = Starlette(
