@@ -175,7 +175,10 @@ class ProjectionRunner:
         with self._lock:
             for projection in self.projections:
                 store = projection.store
-                if self._stopping.is_set() or self.queries[store].exception() is None:
+                if self._stopping.is_set():
+                    return
+                error = self.queries[store].exception()
+                if error is None:
                     continue
                 recent = self._recent_restarts(store)
                 if len(recent) >= MAX_RESTARTS:
@@ -189,7 +192,7 @@ class ProjectionRunner:
                 log.warning(
                     "projection %s failed (%s); restart %d of %d within %.0fs from %s",
                     store,
-                    _error_summary(self.queries[store].exception()),
+                    _error_summary(error),
                     len(recent) + 1,
                     MAX_RESTARTS,
                     RESTART_WINDOW_S,
