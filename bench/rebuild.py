@@ -18,6 +18,7 @@ from foldstream.projections.runner import ProjectionRunner
 from foldstream.projections.sink import Records, fold_partition
 from foldstream.settings import Settings
 from foldstream.state import RocksDBReader, RocksDBWriter, partition_path
+from foldstream.state.host import StoreHost
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,9 +60,12 @@ def spark_rebuild(
 ) -> tuple[float, dict[str, float]]:
     """events/s of the projection from query start until every partition is folded (the JVM
     is already up); also Spark's own figures of the query."""
+    host = StoreHost(state_dir=settings.state_dir)
+    host.start()
     runner = ProjectionRunner(
         spark=spark,
         settings=settings,
+        host=host,
         service_path=SERVICE_PATH,
         projections=[service.projection(STORE)],
         partitions={settings.events_topic: partitions},
@@ -77,6 +81,7 @@ def spark_rebuild(
         progress = query.recentProgress
     finally:
         runner.stop()
+        host.stop()
     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_kind(os.getpid()).items()}
     rows = sum(p["numInputRows"] for p in progress)
     batches = [p for p in progress if p["numInputRows"]]

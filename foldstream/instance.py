@@ -31,6 +31,7 @@ from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
 from foldstream.service import Service
 from foldstream.settings import Settings
+from foldstream.state.host import StoreHost
 
 log = logging.getLogger(__name__)
 HOT_PATHS = ("/commands/{aggregate}/{aggregate_id}/{command}", "/stores/{store}/keys")
@@ -152,9 +153,14 @@ class Instance:
             self.handler = handler
             spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
             stack.callback(spark.stop)
+            # Closed after the queries stopped: no task writes through it any more.
+            host = StoreHost(state_dir=settings.state_dir, host=settings.store_host)
+            host.start()
+            stack.callback(host.stop)
             runner = ProjectionRunner(
                 spark=spark,
                 settings=settings,
+                host=host,
                 service_path=self.service_path,
                 projections=self.service.projections,
                 partitions=layout,
@@ -187,6 +193,7 @@ class Instance:
                     )
                     for p in self.service.projections
                 },
+                host=host,
                 standby_read=replicas.get,
             )
             stack.callback(readers.close)

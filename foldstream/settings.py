@@ -40,6 +40,9 @@ class Settings:
     standby_replicas: int = 1
     # How long a silent instance stays a member and keeps its partitions: bounds failover time.
     session_timeout_ms: int = 3000
+    # Where the instance serves its open store partitions to the projection's Spark tasks:
+    # loopback for a local master; an address the executors reach for a remote one.
+    store_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):

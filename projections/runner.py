@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from foldstream.projections.projection import Projection
-from foldstream.projections.sink import open_writer
 from foldstream.projections.source import write_owned
-from foldstream.state import partition_path
+from foldstream.state.host import StoreHost
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,16 +36,16 @@ SUPERVISE_INTERVAL_S = 0.5
 
 
 def stored_offsets(
-    state_dir: Path, store: str, topic: str, partitions: Sequence[int]
+    host: StoreHost, store: str, topic: str, partitions: Sequence[int]
 ) -> dict[int, int]:
-    """``{partition: next source offset}`` from the state of each partition of ``store``."""
+    """``{partition: next source offset}`` from the state of each partition of ``store``,
+    which ``host`` holds open from now on (if it did not already)."""
     starts = {}
     for partition in partitions:
-        writer = open_writer(partition_path(state_dir, store, partition), f"{topic}/{partition}")
-        try:
-            starts[partition] = writer.next_offset()
-        finally:
-            writer.close()
+        host.open(store, partition, identity=f"{topic}/{partition}")
+        held = host.partition(store, partition)
+        assert held is not None
+        starts[partition] = held.next_offset()
     return starts
 
 
@@ -55,7 +54,9 @@ class ProjectionRunner:
 
     Queries run for the instance's whole life; :meth:`run` changes the partitions they read
     through each query's owned-partitions file (read at every micro-batch). When it returns,
-    no micro-batch that may still write a partition no longer owned is running.
+    no micro-batch that may still write a partition no longer owned is running. The stores'
+    partitions are written through ``host``, which :meth:`run` makes hold every partition
+    gained (closing those lost is the caller's: reads may still be served from them).
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class ProjectionRunner:
         *,
         spark: SparkSession,
         settings: Settings,
+        host: StoreHost,
         service_path: str,
         projections: Sequence[Projection],
         partitions: Mapping[str, int],
@@ -70,6 +72,7 @@ class ProjectionRunner:
     ) -> None:
         self.spark = spark
         self.settings = settings
+        self.host = host
         self.service_path = service_path
         self.projections = list(projections)
         self.partitions = dict(partitions)  # {topic: partition count}
@@ -105,7 +108,7 @@ class ProjectionRunner:
                 if wanted == set(current):
                     continue
                 gained = sorted(wanted - set(current))
-                starts = stored_offsets(self.settings.state_dir, store, topic, gained)
+                starts = stored_offsets(self.host, store, topic, gained)
                 log.info("projection %s processes %s (new: %s)", store, sorted(wanted), starts)
                 updated = {p: o for p, o in current.items() if p in wanted} | starts
                 write_owned(self._owned_path(store), updated)
@@ -154,9 +157,9 @@ class ProjectionRunner:
             .option("checkpointLocation", str(scratch / uuid.uuid4().hex))
             .option("service", self.service_path)
             .option("store", projection.store)
-            .option("state_dir", str(settings.state_dir.resolve()))
+            .option("store_host", self.host.address)
+            .option("store_key", self.host.authkey.hex())
             .option("bootstrap", settings.bootstrap_servers)
-            .option("source_topic", topic)
             .option("changelog_topic", settings.changelog_topic(projection.store))
             .option("owned", str(self._owned_path(projection.store).resolve()))
             .start()
@@ -186,9 +189,7 @@ class ProjectionRunner:
                 self._restarts[store] = [*recent, time.monotonic()]
                 topic = projection.source_topic(self.settings.events_topic)
                 # Nothing writes the stores of a stopped query: their offsets are exact.
-                starts = stored_offsets(
-                    self.settings.state_dir, store, topic, sorted(self._owned[store])
-                )
+                starts = stored_offsets(self.host, store, topic, sorted(self._owned[store]))
                 log.warning(
                     "projection %s failed (%s); restart %d of %d within %.0fs from %s",
                     store,

@@ -4,7 +4,9 @@ For each Kafka partition in a task, in offset order: skip records at or below th
 with the state (a replayed micro-batch applies nothing twice), fold the rest, send every changed
 key's new value to the store's compacted changelog (a tombstone for a delete) and wait for the
 acks, then commit values and the source offset in one RocksDB write batch. A crash between the
-two steps only re-sends identical changelog values on replay.
+two steps only re-sends identical changelog values on replay. The partitions are held open by
+the instance's :class:`~foldstream.state.host.StoreHost`, which the sink reads and writes over a
+local connection.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Producer
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from foldstream.changelog import BATCH_END_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain.records import EventRecord
@@ -27,7 +28,8 @@ from foldstream.kafka import produce_when_room, producer_config
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import decode_headers, read_owned
 from foldstream.projections.worker import gc_paused
-from foldstream.state import RocksDBWriter, partition_path
+from foldstream.state import PartitionWriter
+from foldstream.state.host import PartitionClosed, RemotePartition
 
 _producers: dict[str, Producer] = {}
 
@@ -46,24 +48,6 @@ def _producer(bootstrap: str) -> Producer:
         )
         _producers[bootstrap] = producer
     return producer
-
-
-def _is_lock_held(exc: BaseException) -> bool:
-    return "lock" in str(exc).lower()
-
-
-def open_writer(path: Path, identity: str, *, wait_s: float = 60.0) -> RocksDBWriter:
-    """Open a partition for writing, waiting while a previous writer (e.g. a Spark task of an
-    instance that was just killed) still holds its lock."""
-    for attempt in Retrying(
-        stop=stop_after_delay(wait_s),
-        wait=wait_exponential(multiplier=0.01, max=0.5),
-        retry=retry_if_exception(_is_lock_held),
-        reraise=True,
-    ):
-        with attempt:
-            return RocksDBWriter(path, identity=identity)
-    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -118,7 +102,7 @@ def _offset(item: tuple[int, EventRecord]) -> int:
 
 def fold_partition(
     projection: Projection,
-    writer: RocksDBWriter,
+    writer: PartitionWriter,
     records: Records,
     changelog: tuple[Producer, str, int] | None,
 ) -> tuple[int, int] | None:
@@ -183,9 +167,9 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FoldResult:
         from foldstream.service import load_service
 
-        projection = load_service(self.options["service"]).projection(self.options["store"])
-        state_dir = Path(self.options["state_dir"])
-        source_topic = self.options["source_topic"]
+        store = self.options["store"]
+        projection = load_service(self.options["service"]).projection(store)
+        host, authkey = self.options["store_host"], bytes.fromhex(self.options["store_key"])
         changelog_topic = self.options.get("changelog_topic")
         result = FoldResult()
         producer = _producer(self.options["bootstrap"]) if changelog_topic else None
@@ -193,23 +177,19 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
         owned = read_owned(Path(owned_path)) if owned_path else None
         with gc_paused():
             for partition, records in sorted(records_by_partition(iterator).items()):
-                if owned is not None and partition not in owned:
+                changelog = (
+                    (producer, changelog_topic, partition) if producer and changelog_topic else None
+                )
+                try:
+                    if owned is not None and partition not in owned:
+                        raise PartitionClosed(f"{store}/{partition} moved")
+                    keys = list(dict.fromkeys(record.key for _, record in records))
+                    writer = RemotePartition(host, authkey, store, partition, keys)
+                    done = fold_partition(projection, writer, records, changelog)
+                except PartitionClosed:
                     # Moved to another instance since the batch was planned: leave it to the new
                     # owner, which resumes from the offset stored with the state.
                     continue
-                writer = open_writer(
-                    partition_path(state_dir, projection.store, partition),
-                    identity=f"{source_topic}/{partition}",
-                )
-                try:
-                    changelog = (
-                        (producer, changelog_topic, partition)
-                        if producer and changelog_topic
-                        else None
-                    )
-                    done = fold_partition(projection, writer, records, changelog)
-                finally:
-                    writer.close()
                 if done is not None:
                     result.applied[partition] = done
         return result
@@ -223,7 +203,9 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
 
 class StoreSink(DataSource):
     """``writeStream.format("foldstream-store")`` with options ``service`` (import path),
-    ``store``, ``state_dir``, ``bootstrap``, ``source_topic`` and ``changelog_topic``."""
+    ``store``, ``store_host`` and ``store_key`` (the :class:`~foldstream.state.host.StoreHost`
+    holding its partitions: address and hex key), ``bootstrap``, ``changelog_topic`` and
+    ``owned`` (optional)."""
 
     @classmethod
     def name(cls) -> str:

@@ -7,10 +7,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from foldstream.errors import StoreNotFound
 from foldstream.kafka import Partitioner, partition_for
-from foldstream.state import RocksDBReader, partition_path
+from foldstream.state import PartitionReader, RocksDBReader, partition_path
+from foldstream.state.host import PartitionClosed, StoreHost
 
 
 @dataclass(frozen=True)
@@ -22,23 +24,26 @@ class StoreInfo:
     partitioner: Partitioner
 
 
+T = TypeVar("T")
 StandbyRead = Callable[[str, int, bytes], "bytes | None"]
 
 
 class StoreReaders:
-    """Readers of ``stores`` under ``state_dir``: snapshots of the partitions this instance
-    writes (opened on first use, closed by :meth:`release`), and ``standby_read`` for copies
-    kept from changelogs."""
+    """Readers of ``stores`` under ``state_dir``: the partitions ``host`` holds open (those
+    this instance writes), read-only snapshots of any other (opened on first use, closed by
+    :meth:`release`), and ``standby_read`` for copies kept from changelogs."""
 
     def __init__(
         self,
         state_dir: Path,
         stores: Mapping[str, StoreInfo],
         *,
+        host: StoreHost | None = None,
         standby_read: StandbyRead | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.layout = dict(stores)
+        self._host = host
         self._standby_read = standby_read
         self._readers: dict[tuple[str, int], RocksDBReader] = {}
         self._retired: list[tuple[float, RocksDBReader]] = []
@@ -56,7 +61,17 @@ class StoreReaders:
         info = self.info(store)
         return partition_for(key, info.partitions, info.partitioner)
 
-    def _reader(self, store: str, partition: int) -> RocksDBReader:
+    def _active(self, store: str, partition: int, read: Callable[[PartitionReader], T]) -> T:
+        """``read`` applied to the partition ``host`` holds, else to a snapshot of it."""
+        held = self._host.partition(store, partition) if self._host is not None else None
+        if held is not None:
+            try:
+                return read(held)
+            except PartitionClosed:
+                pass  # closed under this read: the snapshot has its last state
+        return read(self._snapshot(store, partition))
+
+    def _snapshot(self, store: str, partition: int) -> RocksDBReader:
         reader = self._readers.get((store, partition))
         if reader is None:
             with self._lock:
@@ -72,7 +87,7 @@ class StoreReaders:
             if self._standby_read is None:
                 raise KeyError(f"no standby copies of {store}")
             return self._standby_read(store, partition, key)
-        return self._reader(store, partition).get(key)
+        return self._active(store, partition, lambda reader: reader.get(key))
 
     def get_many(
         self, store: str, partition: int, keys: list[bytes], *, standby: bool = False
@@ -80,17 +95,23 @@ class StoreReaders:
         """Values of ``keys`` (all of ``partition``) from one copy, in one multi-get."""
         if standby:
             return [self.get(store, partition, key, standby=True) for key in keys]
-        return self._reader(store, partition).get_many(keys)
+        return self._active(store, partition, lambda reader: reader.get_many(keys))
 
     def next_offset(self, store: str, partition: int) -> int:
         """The first source offset not yet in the active copy, freshly read."""
-        reader = self._reader(store, partition)
-        reader.refresh()
-        return reader.next_offset()
+        return self._active(store, partition, _fresh_next_offset)
+
+    def hold(self, store: str, partition: int, *, identity: str) -> None:
+        """Have ``host`` hold the partition open: this instance writes and serves it now."""
+        if self._host is not None:
+            self._host.open(store, partition, identity=identity)
 
     def release(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Stop using the snapshots of ``(store, partition)`` pairs this instance no longer
-        writes. They are closed a few seconds later: a lookup may still be reading one."""
+        """Stop holding and reading ``(store, partition)`` pairs this instance no longer writes.
+        Their snapshots are closed a few seconds later: a lookup may still be reading one."""
+        partitions = list(partitions)
+        if self._host is not None:
+            self._host.close(partitions)
         now = time.monotonic()
         with self._lock:
             for key in partitions:
@@ -111,3 +132,8 @@ class StoreReaders:
                 reader.close()
             self._readers.clear()
             self._retired.clear()
+
+
+def _fresh_next_offset(reader: PartitionReader) -> int:
+    reader.refresh()
+    return reader.next_offset()

@@ -248,8 +248,11 @@ class ClusterNode:
                 fetch_wait_max_ms=self.settings.fetch_wait_max_ms,
             )
         with self._lock:
-            # A partition released meanwhile is no longer in ``_restoring``.
+            # A partition released meanwhile is no longer in ``_restoring``. Held under the
+            # lock: a revocation after this releases what is held here.
             still_owned = gained & self._restoring
+            for store, partition in self._store_keys(still_owned):
+                self.readers.hold(store, partition, identity=self.stores[store].identity(partition))
             self._restoring -= gained
             self._serving |= still_owned
             serving = set(self._serving)

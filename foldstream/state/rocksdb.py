@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,8 +30,9 @@ def partition_path(state_dir: Path, store: str, partition: int) -> Path:
 
 
 #: RocksDB info logs kept per partition. Each open starts a new one, and partitions are
-#: reopened on every micro-batch: unbounded, the old ones would pile up by the million.
+#: reopened at every takeover and, read-only, by snapshots: unbounded, old ones pile up.
 KEPT_INFO_LOGS = 2
+WRITE_BUFFER_BYTES = 8 << 20
 
 
 def _options() -> Options:
@@ -38,6 +40,9 @@ def _options() -> Options:
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_keep_log_file_num(KEPT_INFO_LOGS)
+    # Writers stay open for as long as an instance owns a partition: bound each partition's
+    # memtables (the default is 64 MB each) so that many partitions fit an instance's budget.
+    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
     return options
 
 
@@ -55,6 +60,10 @@ class _RocksDBPartition(PartitionReader):
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._db.get(key)
         return value
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        # One multi-get (rocksdict's stub types keys as a list of scalars, bytes among them).
+        return cast("list[bytes | None]", self._db.get(cast(Any, keys)))
 
     def applied_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET)
@@ -105,9 +114,22 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         self._pending[key] = _DELETED
 
     def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
+        changes = {k: (None if v is _DELETED else v) for k, v in self._pending.items()}
+        self.write(changes, offset, changelog_offset=changelog_offset)  # type: ignore[arg-type]
+        self._pending.clear()
+
+    def write(
+        self,
+        changes: Mapping[bytes, bytes | None],
+        offset: int,
+        *,
+        changelog_offset: int | None = None,
+    ) -> None:
+        """Write ``changes`` (None deletes), ``offset`` and ``changelog_offset`` in one batch,
+        bypassing the buffer of :meth:`put` and :meth:`delete`."""
         batch = WriteBatch(raw_mode=True)
-        for key, value in self._pending.items():
-            if value is _DELETED:
+        for key, value in changes.items():
+            if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
@@ -115,12 +137,10 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         if changelog_offset is not None:
             batch.put(_CHANGELOG_OFFSET, str(changelog_offset).encode(), self._meta_handle)
         self._db.write(batch)
-        self._pending.clear()
 
     def close(self) -> None:
-        # Writers are short-lived (one per micro-batch and partition, in whichever Spark worker):
-        # flushing makes each commit an SST named in the MANIFEST, which secondaries follow
-        # reliably, rather than a WAL that the next writer's recovery rewrites under them.
+        # Flushed, so that the next opener (a read-only snapshot, a standby copy after a
+        # takeover elsewhere) starts from SSTs rather than replaying this writer's WAL.
         self._db.flush()
         super().close()
 
@@ -128,8 +148,8 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
 class RocksDBReader(_RocksDBPartition):
     """Reads a partition written by other processes, as a read-only snapshot.
 
-    Writers run per micro-batch in whichever Spark worker gets the partition, so the primary is
-    reopened constantly; RocksDB secondaries were seen to stop following such a primary. The
+    For partitions no store host holds here (tools, a lookup racing a partition's move).
+    RocksDB secondaries were seen to stop following a primary that is reopened often; the
     snapshot is instead reopened whenever the database's version files change (``CURRENT`` and
     the manifest's size and mtime, read *before* opening, so a commit racing an open is
     caught by the next refresh). :meth:`get` refreshes when the last check is older than
@@ -182,5 +202,4 @@ class RocksDBReader(_RocksDBPartition):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         if time.monotonic() - self._checked_at > self._max_staleness:
             self.refresh()
-        # One multi-get (rocksdict's stub types keys as a list of scalars, bytes among them).
-        return cast("list[bytes | None]", self._db.get(cast(Any, keys)))
+        return super().get_many(keys)

@@ -1,0 +1,284 @@
+"""The store host: the instance process holds its active partitions open, for as long as it
+owns them, and serves them to the projection's Spark workers over a local connection.
+
+Spark runs the fold in Python workers that alternate between micro-batches, so a worker could
+not keep a partition open: opening and flush-closing it cost about 10 ms of CPU per partition
+and batch (17 fsyncs), and every commit made the query API reopen its snapshot. Now the sink
+(in whichever worker) asks the host for the values a batch folds in one round trip and sends
+the changes back in another; the host writes them with the source offset in one WriteBatch, as
+the worker did, and lookups read the same open partition. The connection is
+:mod:`multiprocessing.connection` (pickled tuples) authenticated by a key made per host.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from pathlib import Path
+from typing import Any
+
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from foldstream.errors import FoldstreamError
+from foldstream.state.base import PartitionReader, PartitionWriter
+from foldstream.state.rocksdb import RocksDBWriter, partition_path
+
+log = logging.getLogger(__name__)
+
+StoreKey = tuple[str, int]
+"""``(store, partition)``."""
+
+
+class PartitionClosed(FoldstreamError):
+    """The partition is not held open by this instance (it moved to another one).
+
+    A projection task that planned it before it moved skips it; the new owner resumes from the
+    offset stored with the state. Remedy: none, it ends when the rebalance does.
+    """
+
+
+def _is_lock_held(exc: BaseException) -> bool:
+    return "lock" in str(exc).lower()
+
+
+class HeldPartition(PartitionReader):
+    """One open partition of a :class:`StoreHost`; reads and writes take its lock, so that a
+    close never runs under a read."""
+
+    def __init__(self, writer: RocksDBWriter, name: str) -> None:
+        self._writer: RocksDBWriter | None = writer
+        self._name = name
+        self._lock = threading.Lock()
+
+    def _open(self) -> RocksDBWriter:
+        if self._writer is None:
+            raise PartitionClosed(f"{self._name} is no longer held by this instance")
+        return self._writer
+
+    def get(self, key: bytes) -> bytes | None:
+        with self._lock:
+            return self._open().get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        with self._lock:
+            return self._open().get_many(keys)
+
+    def applied_offset(self) -> int | None:
+        with self._lock:
+            return self._open().applied_offset()
+
+    def changelog_offset(self) -> int | None:
+        with self._lock:
+            return self._open().changelog_offset()
+
+    def read(self, keys: list[bytes]) -> tuple[int | None, list[bytes | None]]:
+        """The applied source offset and the values of ``keys``, from one consistent state."""
+        with self._lock:
+            writer = self._open()
+            return writer.applied_offset(), writer.get_many(keys)
+
+    def write(
+        self, changes: Mapping[bytes, bytes | None], offset: int, changelog_offset: int | None
+    ) -> None:
+        with self._lock:
+            self._open().write(changes, offset, changelog_offset=changelog_offset)
+
+    def refresh(self) -> None:
+        return None
+
+    def close(self) -> None:
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+
+class StoreHost:
+    """Holds partitions of stores under ``state_dir`` open and serves them to projection tasks
+    at :attr:`address` (listening on ``host``, loopback by default: Spark executors on other
+    machines need an address they can reach).
+
+    Lifecycle: :meth:`start`; :meth:`open` / :meth:`close` as partitions come and go;
+    :meth:`stop` closes everything.
+    """
+
+    def __init__(self, *, state_dir: Path, host: str = "127.0.0.1") -> None:
+        self.state_dir = Path(state_dir)
+        self.host = host
+        self.authkey = secrets.token_bytes(32)
+        self._held: dict[StoreKey, HeldPartition] = {}
+        self._lock = threading.Lock()
+        self._server: socket.socket | None = None
+        self.address = ""
+
+    def start(self) -> None:
+        server = socket.create_server((self.host, 0))
+        self._server = server
+        bound_host, port = server.getsockname()[:2]
+        self.address = f"{bound_host}:{port}"
+        threading.Thread(target=self._accept, name="store-host", daemon=True).start()
+
+    def open(self, store: str, partition: int, *, identity: str, wait_s: float = 60.0) -> None:
+        """Hold ``(store, partition)`` open (no-op if it is). Waits while a previous writer,
+        e.g. of an instance that was just killed, still holds the RocksDB lock."""
+        with self._lock:
+            if (store, partition) in self._held:
+                return
+            path = partition_path(self.state_dir, store, partition)
+            for attempt in Retrying(
+                stop=stop_after_delay(wait_s),
+                wait=wait_exponential(multiplier=0.01, max=0.5),
+                retry=retry_if_exception(_is_lock_held),
+                reraise=True,
+            ):
+                with attempt:
+                    writer = RocksDBWriter(path, identity=identity)
+            self._held[(store, partition)] = HeldPartition(writer, f"{store}/{partition}")
+
+    def close(self, keys: Iterable[StoreKey]) -> None:
+        """Stop holding ``keys`` (flushed and closed once reads and writes under way end)."""
+        with self._lock:
+            closing = [self._held.pop(key) for key in set(keys) if key in self._held]
+        for held in closing:
+            held.close()
+
+    def partition(self, store: str, partition: int) -> HeldPartition | None:
+        """The held partition, or None if it is not held here."""
+        return self._held.get((store, partition))
+
+    def held(self) -> frozenset[StoreKey]:
+        with self._lock:
+            return frozenset(self._held)
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        self.close(list(self._held))
+
+    def _held_or_closed(self, store: str, partition: int) -> HeldPartition:
+        held = self._held.get((store, partition))
+        if held is None:
+            raise PartitionClosed(f"{store}/{partition} is not held by this instance")
+        return held
+
+    def _accept(self) -> None:
+        while (server := self._server) is not None:
+            try:
+                sock, _ = server.accept()
+            except OSError:
+                return  # stopped
+            threading.Thread(
+                target=self._serve, args=(sock,), name="store-host-connection", daemon=True
+            ).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = Connection(sock.detach())
+        try:
+            deliver_challenge(connection, self.authkey)
+            answer_challenge(connection, self.authkey)
+            while self._server is not None:
+                connection.send(self._answer(connection.recv()))
+        except (EOFError, OSError):
+            pass  # the worker went away
+        except Exception:  # noqa: BLE001 - an unauthenticated or broken client: drop it
+            log.warning("store host dropped a connection", exc_info=True)
+        finally:
+            connection.close()
+
+    def _answer(self, request: tuple[Any, ...]) -> tuple[str, Any]:
+        try:
+            kind, store, partition, *arguments = request
+            held = self._held_or_closed(store, partition)
+            if kind == "read":
+                return "ok", held.read(*arguments)
+            if kind == "write":
+                held.write(*arguments)
+                return "ok", None
+            return "error", f"unknown request {kind!r}"
+        except PartitionClosed as exc:
+            return "closed", str(exc)
+        except Exception as exc:  # noqa: BLE001 - raised again in the task, which Spark retries
+            log.exception("store host request failed")
+            return "error", f"{type(exc).__name__}: {exc}"
+
+
+class StoreHostError(FoldstreamError):
+    """The store host failed a projection task's request (the task fails and Spark retries it).
+
+    Remedy: read the instance's log for the cause (e.g. a full disk).
+    """
+
+
+_connections: dict[str, Connection] = {}
+
+
+def call_host(address: str, authkey: bytes, request: tuple[Any, ...]) -> Any:
+    """Send ``request`` to the host at ``address`` and return its answer; one connection per
+    address and Spark worker, kept for the worker's life."""
+    connection = _connections.get(address)
+    if connection is None:
+        host, _, port = address.rpartition(":")
+        connection = Client((host, int(port)), authkey=authkey)
+        _connections[address] = connection
+    try:
+        connection.send(request)
+        status, answer = connection.recv()
+    except (EOFError, OSError):
+        _connections.pop(address, None)
+        connection.close()
+        raise
+    if status == "closed":
+        raise PartitionClosed(answer)
+    if status != "ok":
+        raise StoreHostError(answer)
+    return answer
+
+
+class RemotePartition(PartitionWriter):
+    """A partition held by a :class:`StoreHost`, as a projection task sees it: the values of
+    ``keys`` (those the task folds) read in one round trip, its changes written in another."""
+
+    def __init__(
+        self, address: str, authkey: bytes, store: str, partition: int, keys: list[bytes]
+    ) -> None:
+        self._call = (address, authkey)
+        self._target = (store, partition)
+        applied, values = call_host(address, authkey, ("read", store, partition, keys))
+        self._applied: int | None = applied
+        self._values: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))
+        self._changes: dict[bytes, bytes | None] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        if key in self._changes:
+            return self._changes[key]
+        if key not in self._values:
+            _, (value,) = call_host(*self._call, ("read", *self._target, [key]))
+            self._values[key] = value
+        return self._values[key]
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._changes[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self._changes[key] = None
+
+    def applied_offset(self) -> int | None:
+        return self._applied
+
+    def changelog_offset(self) -> int | None:
+        raise NotImplementedError("a projection task does not read changelog offsets")
+
+    def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
+        call_host(*self._call, ("write", *self._target, self._changes, offset, changelog_offset))
+        self._values.update(self._changes)
+        self._changes = {}
+        self._applied = offset
+
+    def close(self) -> None:
+        self._changes = {}

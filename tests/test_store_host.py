@@ -1,0 +1,90 @@
+"""The store host: partitions held open by the instance, read and written by projection tasks
+over an authenticated local connection, and read by lookups directly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from multiprocessing import AuthenticationError
+from pathlib import Path
+
+import pytest
+
+from foldstream.errors import StateCorrupted
+from foldstream.query_api import StoreReaders
+from foldstream.query_api.stores import StoreInfo
+from foldstream.state import RocksDBReader, partition_path
+from foldstream.state.host import PartitionClosed, RemotePartition, StoreHost
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[StoreHost]:
+    host = StoreHost(state_dir=tmp_path)
+    host.start()
+    host.open("kv", 0, identity="t/0")
+    yield host
+    host.stop()
+
+
+def remote(host: StoreHost, keys: list[bytes], partition: int = 0) -> RemotePartition:
+    return RemotePartition(host.address, host.authkey, "kv", partition, keys)
+
+
+def test_a_task_reads_folds_and_commits_through_the_host(host: StoreHost) -> None:
+    first = remote(host, [b"a", b"b"])
+    assert first.applied_offset() is None
+    assert first.get(b"a") is None
+    first.put(b"a", b"1")
+    first.put(b"b", b"2")
+    assert first.get(b"a") == b"1"  # a task sees its own changes before committing
+    first.commit(7)
+    held = host.partition("kv", 0)
+    assert held is not None
+    assert (held.get(b"a"), held.get(b"b"), held.applied_offset()) == (b"1", b"2", 7)
+
+    second = remote(host, [b"a"])
+    assert (second.applied_offset(), second.get(b"a")) == (7, b"1")
+    assert second.get(b"b") == b"2"  # a key not read up front is fetched on demand
+    second.delete(b"a")
+    second.commit(9, changelog_offset=3)
+    assert (held.get(b"a"), held.applied_offset(), held.changelog_offset()) == (None, 9, 3)
+
+
+def test_a_partition_not_held_is_refused_and_nothing_is_written(host: StoreHost) -> None:
+    with pytest.raises(PartitionClosed):
+        remote(host, [b"a"], partition=1)
+    task = remote(host, [b"a"])
+    task.put(b"a", b"1")
+    host.close([("kv", 0)])  # moved to another instance while the task folded
+    with pytest.raises(PartitionClosed):
+        task.commit(1)
+    with RocksDBReader(partition_path(host.state_dir, "kv", 0)) as reader:
+        assert (reader.get(b"a"), reader.applied_offset()) == (None, None)
+
+
+def test_a_client_without_the_key_is_turned_away(host: StoreHost) -> None:
+    with pytest.raises(AuthenticationError):
+        RemotePartition(host.address, b"not the key", "kv", 0, [b"a"])
+
+
+def test_a_partition_of_another_topic_is_not_opened(host: StoreHost) -> None:
+    host.close([("kv", 0)])
+    with pytest.raises(StateCorrupted):
+        host.open("kv", 0, identity="other/0")
+
+
+def test_lookups_see_a_commit_at_once_and_a_closed_partition_from_disk(host: StoreHost) -> None:
+    readers = StoreReaders(
+        host.state_dir, {"kv": StoreInfo("t", 2, "murmur2")}, host=host, standby_read=None
+    )
+    try:
+        task = remote(host, [b"a"])
+        task.put(b"a", b"1")
+        task.commit(0)
+        assert readers.get("kv", 0, b"a") == b"1"
+        assert readers.get_many("kv", 0, [b"a", b"z"]) == [b"1", None]
+        assert readers.next_offset("kv", 0) == 1
+        readers.release([("kv", 0)])
+        assert host.partition("kv", 0) is None
+        assert readers.get("kv", 0, b"a") == b"1"  # a late lookup reads the flushed state
+    finally:
+        readers.close()
