@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from foldstream.errors import ConfigurationError
+from foldstream.memory import limit_malloc_arenas
 from foldstream.settings import Settings
 
 #: The environment variable carrying the instance's service and settings to granian's worker.
@@ -42,6 +43,7 @@ def configure_logging() -> None:
 
 def serve(service_path: str, settings: Settings, server: HttpServer) -> None:
     """Run the instance of ``service_path`` with ``settings`` until it is stopped."""
+    limit_malloc_arenas()
     if server is HttpServer.granian:
         _serve_granian(service_path, settings)
         return

@@ -97,6 +97,7 @@ class Settings:
             ("advertised_url", str),
             ("standby_replicas", int),
             ("session_timeout_ms", int),
+            ("store_host", str),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:
