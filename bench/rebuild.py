@@ -62,6 +62,8 @@ def spark_rebuild(
     is already up); also Spark's own figures of the query."""
     host = StoreHost(state_dir=settings.state_dir)
     host.start()
+    for partition in range(partitions):
+        host.open(STORE, partition, identity=f"{settings.events_topic}/{partition}")
     runner = ProjectionRunner(
         spark=spark,
         settings=settings,

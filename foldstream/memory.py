@@ -19,10 +19,13 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
     """Cap glibc's malloc arenas in this process (arenas made from now on) and, through
     ``MALLOC_ARENA_MAX``, in every process it starts (the JVM, Spark's Python workers). An
     operator's own ``MALLOC_ARENA_MAX`` wins. No-op where the C library is not glibc."""
-    arenas = int(os.environ.setdefault("MALLOC_ARENA_MAX", str(arenas)))
+    chosen = os.environ.setdefault("MALLOC_ARENA_MAX", str(arenas))
+    if not chosen.isdigit():
+        log.warning("MALLOC_ARENA_MAX=%r is not a number; malloc arenas are not capped", chosen)
+        return
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return
-    if mallopt(_M_ARENA_MAX, arenas) != 1:
-        log.warning("mallopt(M_ARENA_MAX, %d) failed; malloc arenas are not capped", arenas)
+    if mallopt(_M_ARENA_MAX, int(chosen)) != 1:
+        log.warning("mallopt(M_ARENA_MAX, %s) failed; malloc arenas are not capped", chosen)

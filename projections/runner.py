@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import write_owned
-from foldstream.state.host import StoreHost
+from foldstream.state.host import PartitionClosed, StoreHost
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,14 +38,17 @@ SUPERVISE_INTERVAL_S = 0.5
 def stored_offsets(
     host: StoreHost, store: str, topic: str, partitions: Sequence[int]
 ) -> dict[int, int]:
-    """``{partition: next source offset}`` from the state of each partition of ``store``,
-    which ``host`` holds open from now on (if it did not already)."""
+    """``{partition: next source offset}`` from the state of each partition of ``store`` that
+    ``host`` holds; the others (released meanwhile) are left out."""
     starts = {}
     for partition in partitions:
-        host.open(store, partition, identity=f"{topic}/{partition}")
         held = host.partition(store, partition)
-        assert held is not None
-        starts[partition] = held.next_offset()
+        try:
+            if held is None:
+                raise PartitionClosed(f"{store}/{partition} is not held")
+            starts[partition] = held.next_offset()
+        except PartitionClosed:
+            log.info("projection %s: partition %d of %s is not held here", store, partition, topic)
     return starts
 
 
@@ -55,8 +58,8 @@ class ProjectionRunner:
     Queries run for the instance's whole life; :meth:`run` changes the partitions they read
     through each query's owned-partitions file (read at every micro-batch). When it returns,
     no micro-batch that may still write a partition no longer owned is running. The stores'
-    partitions are written through ``host``, which :meth:`run` makes hold every partition
-    gained (closing those lost is the caller's: reads may still be served from them).
+    partitions are written through ``host``; the caller holds them there before giving them to
+    :meth:`run` and releases them after taking them away (a partition not held is not read).
     """
 
     def __init__(
@@ -158,10 +161,9 @@ class ProjectionRunner:
             .option("service", self.service_path)
             .option("store", projection.store)
             .option("store_host", self.host.address)
-            .option("store_key", self.host.authkey.hex())
+            .option("store_token", self.host.authkey.hex())
             .option("bootstrap", settings.bootstrap_servers)
             .option("changelog_topic", settings.changelog_topic(projection.store))
-            .option("owned", str(self._owned_path(projection.store).resolve()))
             .start()
         )
 
@@ -188,7 +190,8 @@ class ProjectionRunner:
                     continue  # reported by failure()
                 self._restarts[store] = [*recent, time.monotonic()]
                 topic = projection.source_topic(self.settings.events_topic)
-                # Nothing writes the stores of a stopped query: their offsets are exact.
+                # A task of the failed query still writing can only move an offset forward:
+                # the new query's tasks skip what the stores hold by then.
                 starts = stored_offsets(self.host, store, topic, sorted(self._owned[store]))
                 log.warning(
                     "projection %s failed (%s); restart %d of %d within %.0fs from %s",

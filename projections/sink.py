@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,7 +25,7 @@ from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
 from foldstream.projections.projection import Projection
-from foldstream.projections.source import decode_headers, read_owned
+from foldstream.projections.source import decode_headers
 from foldstream.projections.worker import gc_paused
 from foldstream.state import PartitionWriter
 from foldstream.state.host import PartitionClosed, RemotePartition
@@ -169,20 +168,16 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
 
         store = self.options["store"]
         projection = load_service(self.options["service"]).projection(store)
-        host, authkey = self.options["store_host"], bytes.fromhex(self.options["store_key"])
+        host, authkey = self.options["store_host"], bytes.fromhex(self.options["store_token"])
         changelog_topic = self.options.get("changelog_topic")
         result = FoldResult()
         producer = _producer(self.options["bootstrap"]) if changelog_topic else None
-        owned_path = self.options.get("owned")
-        owned = read_owned(Path(owned_path)) if owned_path else None
         with gc_paused():
             for partition, records in sorted(records_by_partition(iterator).items()):
                 changelog = (
                     (producer, changelog_topic, partition) if producer and changelog_topic else None
                 )
                 try:
-                    if owned is not None and partition not in owned:
-                        raise PartitionClosed(f"{store}/{partition} moved")
                     keys = list(dict.fromkeys(record.key for _, record in records))
                     writer = RemotePartition(host, authkey, store, partition, keys)
                     done = fold_partition(projection, writer, records, changelog)
@@ -203,9 +198,9 @@ class StoreStreamWriter(DataSourceStreamArrowWriter):
 
 class StoreSink(DataSource):
     """``writeStream.format("foldstream-store")`` with options ``service`` (import path),
-    ``store``, ``store_host`` and ``store_key`` (the :class:`~foldstream.state.host.StoreHost`
-    holding its partitions: address and hex key), ``bootstrap``, ``changelog_topic`` and
-    ``owned`` (optional)."""
+    ``store``, ``store_host`` and ``store_token`` (the :class:`~foldstream.state.host.StoreHost`
+    holding its partitions: address and hex key; "token" so that Spark redacts it), ``bootstrap``
+    and ``changelog_topic``."""
 
     @classmethod
     def name(cls) -> str:

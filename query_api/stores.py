@@ -106,6 +106,12 @@ class StoreReaders:
         if self._host is not None:
             self._host.open(store, partition, identity=identity)
 
+    def holds(self, store: str, partition: int) -> bool:
+        return self._host is not None and self._host.partition(store, partition) is not None
+
+    def held(self) -> frozenset[tuple[str, int]]:
+        return self._host.held() if self._host is not None else frozenset()
+
     def release(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Stop holding and reading ``(store, partition)`` pairs this instance no longer writes.
         Their snapshots are closed a few seconds later: a lookup may still be reading one."""

@@ -46,7 +46,8 @@ def test_partition_identity_is_checked(tmp_path: Path) -> None:
 
 
 def test_reopening_a_partition_leaves_no_files_behind(tmp_path: Path) -> None:
-    """Writers open a partition once per micro-batch: its directory must not grow with that."""
+    """Partitions are opened at every takeover and restore: the directory must not grow with
+    the number of opens."""
     path = tmp_path / "p0"
     for offset in range(60):
         writer = RocksDBWriter(path, identity="t/0")

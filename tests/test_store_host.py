@@ -88,3 +88,28 @@ def test_lookups_see_a_commit_at_once_and_a_closed_partition_from_disk(host: Sto
         assert readers.get("kv", 0, b"a") == b"1"  # a late lookup reads the flushed state
     finally:
         readers.close()
+
+
+def test_a_task_that_outlived_its_partition_cannot_overwrite_newer_state(host: StoreHost) -> None:
+    stale = remote(host, [b"a"])
+    stale.put(b"a", b"stale")
+    host.close([("kv", 0)])  # moved away and back: restored with newer state, held again
+    host.open("kv", 0, identity="t/0")
+    newer = remote(host, [b"a"])
+    newer.put(b"a", b"new")
+    newer.commit(5)
+    with pytest.raises(PartitionClosed):
+        stale.commit(3)
+    held = host.partition("kv", 0)
+    assert held is not None
+    assert (held.get(b"a"), held.applied_offset()) == (b"new", 5)
+
+
+def test_of_two_tasks_that_read_the_same_state_only_the_first_writes(host: StoreHost) -> None:
+    # e.g. a task of a failed query still running beside the restarted query's task
+    first, second = remote(host, [b"a"]), remote(host, [b"a"])
+    first.put(b"a", b"1")
+    first.commit(0)
+    second.put(b"a", b"1")
+    with pytest.raises(PartitionClosed):
+        second.commit(0)

@@ -237,25 +237,34 @@ class ClusterNode:
         keys = self._store_keys(gained)
         with self._copies_lock:
             self.replicas.release(keys)
+        # A partition still held here (taken again after a failed transaction) is current.
+        fresh = [key for key in keys if not self.readers.holds(*key)]
         restored = 0
-        for store, partition in keys:
-            restored += restore(
-                bootstrap=self.settings.bootstrap_servers,
-                state_dir=self.settings.state_dir,
-                store=store,
-                layout=self.stores[store],
-                partition=partition,
-                fetch_wait_max_ms=self.settings.fetch_wait_max_ms,
-            )
-        with self._lock:
-            # A partition released meanwhile is no longer in ``_restoring``. Held under the
-            # lock: a revocation after this releases what is held here.
-            still_owned = gained & self._restoring
-            for store, partition in self._store_keys(still_owned):
+        held: list[tuple[str, int]] = []
+        try:
+            for store, partition in fresh:
+                restored += restore(
+                    bootstrap=self.settings.bootstrap_servers,
+                    state_dir=self.settings.state_dir,
+                    store=store,
+                    layout=self.stores[store],
+                    partition=partition,
+                    fetch_wait_max_ms=self.settings.fetch_wait_max_ms,
+                )
                 self.readers.hold(store, partition, identity=self.stores[store].identity(partition))
+                held.append((store, partition))
+        except BaseException:
+            self.readers.release(held)
+            raise
+        with self._lock:
+            # A partition released meanwhile is in neither set (one taken again after a
+            # failed transaction is still serving).
+            still_owned = gained & (self._restoring | self._serving)
             self._restoring -= gained
             self._serving |= still_owned
             serving = set(self._serving)
+        # Its revocation found it not serving yet, so it is released here.
+        self.readers.release(set(held) - set(self._store_keys(still_owned)))
         # Reads are served from the restored copies at once; the projection catches up after,
         # and commands wait (503) until the handler has replayed its partitions.
         self.publish()
@@ -403,7 +412,9 @@ class ClusterNode:
             with self._lock:
                 mine = self._serving | self._restoring | self.assigned()
             wanted = assignment.standby_of(self.member_id) - mine
-            self.replicas.assign(self._store_keys(wanted))
+            # Not one still held as active (its revocation is under way): both would open it.
+            held = self.readers.held()
+            self.replicas.assign([k for k in self._store_keys(wanted) if k not in held])
 
     def _build_routes(self) -> None:
         routes: dict[tuple[str, int], tuple[str | None, list[tuple[str, int | None]]]] = {}

@@ -63,7 +63,9 @@ class PartitionWriter(PartitionReader):
 
     @abstractmethod
     def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
-        """Write the buffered changes, ``offset`` and ``changelog_offset`` atomically, durably."""
+        """Write the buffered changes, ``offset`` and ``changelog_offset`` atomically. A crashed
+        process loses none of it; a machine crash may lose the last commits, values and offsets
+        together, which the projection folds again (or a restore copies) from Kafka."""
 
     def refresh(self) -> None:
         return None

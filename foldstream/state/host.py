@@ -7,15 +7,20 @@ and batch (17 fsyncs), and every commit made the query API reopen its snapshot. 
 (in whichever worker) asks the host for the values a batch folds in one round trip and sends
 the changes back in another; the host writes them with the source offset in one WriteBatch, as
 the worker did, and lookups read the same open partition. The connection is
-:mod:`multiprocessing.connection` (pickled tuples) authenticated by a key made per host.
+:mod:`multiprocessing.connection` (pickled tuples) authenticated by a key made per host; the
+partition's owner (the cluster node) decides what is held, and a task's write is refused once
+its partition moved.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import socket
+import struct
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
@@ -23,11 +28,17 @@ from typing import Any
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from foldstream.errors import FoldstreamError
+from foldstream.errors import ConfigurationError, FoldstreamError
 from foldstream.state.base import PartitionReader, PartitionWriter
 from foldstream.state.rocksdb import RocksDBWriter, partition_path
 
 log = logging.getLogger(__name__)
+
+#: How long a task waits for the host's answer, and a new connection for its handshake.
+REQUEST_TIMEOUT_S = 120.0
+HANDSHAKE_TIMEOUT_S = 10.0
+
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 StoreKey = tuple[str, int]
 """``(store, partition)``."""
@@ -42,57 +53,114 @@ class PartitionClosed(FoldstreamError):
 
 
 def _is_lock_held(exc: BaseException) -> bool:
-    return "lock" in str(exc).lower()
+    # RocksDB's messages for a LOCK file held by another process or by this one.
+    text = str(exc)
+    return "/LOCK:" in text or "lock hold by current process" in text
+
+
+#: Keys per RocksDB multi-get when a task reads: lookups on the event loop wait for the GIL
+#: between chunks instead of for a whole rebuild batch.
+READ_CHUNK = 4096
 
 
 class HeldPartition(PartitionReader):
-    """One open partition of a :class:`StoreHost`; reads and writes take its lock, so that a
-    close never runs under a read."""
+    """One open partition of a :class:`StoreHost`.
+
+    Lookups read it while a task writes (RocksDB allows both). A task's read and its write
+    exclude other tasks', and a write is refused unless the partition is still the one held
+    when the task read it (:attr:`token`) at the offset it read: a task that outlived its
+    partition's move cannot overwrite newer state. :meth:`close` waits for reads and writes
+    under way.
+    """
 
     def __init__(self, writer: RocksDBWriter, name: str) -> None:
         self._writer: RocksDBWriter | None = writer
         self._name = name
-        self._lock = threading.Lock()
+        self._users = 0
+        self._state = threading.Condition()
+        self._writing = threading.Lock()
+        self.token = secrets.token_hex(8)
 
-    def _open(self) -> RocksDBWriter:
-        if self._writer is None:
-            raise PartitionClosed(f"{self._name} is no longer held by this instance")
-        return self._writer
+    def _enter(self) -> RocksDBWriter:
+        with self._state:
+            writer = self._writer
+            if writer is None:
+                raise PartitionClosed(f"{self._name} is no longer held by this instance")
+            self._users += 1
+            return writer
+
+    def _exit(self) -> None:
+        with self._state:
+            self._users -= 1
+            if not self._users:
+                self._state.notify_all()
 
     def get(self, key: bytes) -> bytes | None:
-        with self._lock:
-            return self._open().get(key)
+        writer = self._enter()
+        try:
+            return writer.get(key)
+        finally:
+            self._exit()
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        with self._lock:
-            return self._open().get_many(keys)
+        writer = self._enter()
+        try:
+            return writer.get_many(keys)
+        finally:
+            self._exit()
 
     def applied_offset(self) -> int | None:
-        with self._lock:
-            return self._open().applied_offset()
+        writer = self._enter()
+        try:
+            return writer.applied_offset()
+        finally:
+            self._exit()
 
     def changelog_offset(self) -> int | None:
-        with self._lock:
-            return self._open().changelog_offset()
+        writer = self._enter()
+        try:
+            return writer.changelog_offset()
+        finally:
+            self._exit()
 
-    def read(self, keys: list[bytes]) -> tuple[int | None, list[bytes | None]]:
-        """The applied source offset and the values of ``keys``, from one consistent state."""
-        with self._lock:
-            writer = self._open()
-            return writer.applied_offset(), writer.get_many(keys)
+    def read(self, keys: list[bytes]) -> tuple[str, int | None, list[bytes | None]]:
+        """:attr:`token`, the applied source offset and the values of ``keys``."""
+        with self._writing:
+            writer = self._enter()
+            try:
+                values: list[bytes | None] = []
+                for start in range(0, len(keys), READ_CHUNK):
+                    values += writer.get_many(keys[start : start + READ_CHUNK])
+                return self.token, writer.applied_offset(), values
+            finally:
+                self._exit()
 
     def write(
-        self, changes: Mapping[bytes, bytes | None], offset: int, changelog_offset: int | None
+        self,
+        token: str,
+        read_offset: int | None,
+        changes: Mapping[bytes, bytes | None],
+        offset: int,
+        changelog_offset: int | None,
     ) -> None:
-        with self._lock:
-            self._open().write(changes, offset, changelog_offset=changelog_offset)
+        """Write what a task folded from the state it read as ``(token, read_offset)``."""
+        with self._writing:
+            writer = self._enter()
+            try:
+                if token != self.token or writer.applied_offset() != read_offset:
+                    raise PartitionClosed(f"{self._name} was written or moved since it was read")
+                writer.write(changes, offset, changelog_offset=changelog_offset)
+            finally:
+                self._exit()
 
     def refresh(self) -> None:
         return None
 
     def close(self) -> None:
-        with self._lock:
+        with self._state:
             writer, self._writer = self._writer, None
+            while self._users:
+                self._state.wait()
         if writer is not None:
             writer.close()
 
@@ -103,7 +171,9 @@ class StoreHost:
     machines need an address they can reach).
 
     Lifecycle: :meth:`start`; :meth:`open` / :meth:`close` as partitions come and go;
-    :meth:`stop` closes everything.
+    :meth:`stop` closes everything. The connection carries pickles, authenticated by a key
+    made per host but not encrypted: keep it on loopback or a network that only the cluster's
+    machines reach.
     """
 
     def __init__(self, *, state_dir: Path, host: str = "127.0.0.1") -> None:
@@ -116,6 +186,12 @@ class StoreHost:
         self.address = ""
 
     def start(self) -> None:
+        if self.host in _WILDCARDS:
+            raise ConfigurationError(
+                f"store_host {self.host!r} is a wildcard: Spark's tasks connect to the address "
+                "given; name one of this machine's addresses they reach (127.0.0.1 for a local "
+                "master)"
+            )
         server = socket.create_server((self.host, 0))
         self._server = server
         bound_host, port = server.getsockname()[:2]
@@ -143,8 +219,14 @@ class StoreHost:
         """Stop holding ``keys`` (flushed and closed once reads and writes under way end)."""
         with self._lock:
             closing = [self._held.pop(key) for key in set(keys) if key in self._held]
+        failed = []
         for held in closing:
-            held.close()
+            try:
+                held.close()
+            except Exception as exc:  # noqa: BLE001 - the others are closed all the same
+                failed.append(exc)
+        if failed:
+            raise failed[0]
 
     def partition(self, store: str, partition: int) -> HeldPartition | None:
         """The held partition, or None if it is not held here."""
@@ -171,7 +253,11 @@ class StoreHost:
             try:
                 sock, _ = server.accept()
             except OSError:
-                return  # stopped
+                if self._server is None:
+                    return  # stopped
+                log.warning("store host could not accept a connection", exc_info=True)
+                time.sleep(0.1)  # e.g. out of file descriptors: later accepts may succeed
+                continue
             threading.Thread(
                 target=self._serve, args=(sock,), name="store-host-connection", daemon=True
             ).start()
@@ -180,8 +266,11 @@ class StoreHost:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = Connection(sock.detach())
         try:
+            # A peer that never completes the handshake must not hold a thread forever.
+            _set_receive_timeout(connection.fileno(), HANDSHAKE_TIMEOUT_S)
             deliver_challenge(connection, self.authkey)
             answer_challenge(connection, self.authkey)
+            _set_receive_timeout(connection.fileno(), 0)
             while self._server is not None:
                 connection.send(self._answer(connection.recv()))
         except (EOFError, OSError):
@@ -208,6 +297,14 @@ class StoreHost:
             return "error", f"{type(exc).__name__}: {exc}"
 
 
+def _set_receive_timeout(fileno: int, seconds: float) -> None:
+    """The kernel's receive timeout (0: none), which keeps the descriptor blocking as
+    :class:`Connection` needs (``settimeout`` would make it non-blocking)."""
+    timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
+    with socket.socket(fileno=os.dup(fileno)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+
+
 class StoreHostError(FoldstreamError):
     """The store host failed a projection task's request (the task fails and Spark retries it).
 
@@ -228,6 +325,8 @@ def call_host(address: str, authkey: bytes, request: tuple[Any, ...]) -> Any:
         _connections[address] = connection
     try:
         connection.send(request)
+        if not connection.poll(REQUEST_TIMEOUT_S):
+            raise TimeoutError(f"store host {address} did not answer in {REQUEST_TIMEOUT_S}s")
         status, answer = connection.recv()
     except (EOFError, OSError):
         _connections.pop(address, None)
@@ -249,7 +348,8 @@ class RemotePartition(PartitionWriter):
     ) -> None:
         self._call = (address, authkey)
         self._target = (store, partition)
-        applied, values = call_host(address, authkey, ("read", store, partition, keys))
+        token, applied, values = call_host(address, authkey, ("read", store, partition, keys))
+        self._token: str = token
         self._applied: int | None = applied
         self._values: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))
         self._changes: dict[bytes, bytes | None] = {}
@@ -258,7 +358,9 @@ class RemotePartition(PartitionWriter):
         if key in self._changes:
             return self._changes[key]
         if key not in self._values:
-            _, (value,) = call_host(*self._call, ("read", *self._target, [key]))
+            token, applied, (value,) = call_host(*self._call, ("read", *self._target, [key]))
+            if (token, applied) != (self._token, self._applied):
+                raise PartitionClosed(f"{self._target} was written or moved since it was read")
             self._values[key] = value
         return self._values[key]
 
@@ -275,7 +377,11 @@ class RemotePartition(PartitionWriter):
         raise NotImplementedError("a projection task does not read changelog offsets")
 
     def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
-        call_host(*self._call, ("write", *self._target, self._changes, offset, changelog_offset))
+        call_host(
+            *self._call,
+            ("write", *self._target, self._token, self._applied, self._changes, offset)
+            + (changelog_offset,),
+        )
         self._values.update(self._changes)
         self._changes = {}
         self._applied = offset
