@@ -374,7 +374,8 @@ def _freshness_figures(
     achieved = client.sent / client.seconds if client.seconds else 0.0
     common = (
         f"{len(served)}/{len(client.probes)} probes seen; {achieved:,.0f} commands/s sent "
-        f"({client.failed} failed), ack p50 {freshness.percentile(client.ack_ms, 0.5):.1f} ms"
+        f"({client.failed} failed), ack p50 {freshness.percentile(client.ack_ms, 0.5):.1f} ms; "
+        f"load client {client.cpu_s / max(1, client.sent) * 1e6:.0f} µs CPU/command"
     )
     reference = f"do-nothing Python reader→writer batch (median, p90 {noop['p90']:.0f} ms)"
     details = {"noop": noop, "served_ms": served, "tailing_ms": tailed}

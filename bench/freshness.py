@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import multiprocessing
 import random
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +49,7 @@ class ClientResult:
     seconds: float = 0.0
     ack_ms: list[float] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
+    cpu_s: float = 0.0  # the client's own
 
 
 def run_client(
@@ -58,75 +61,113 @@ def run_client(
         return pool.apply(_client, (url, rate, seconds, keys, probe_every))
 
 
-def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) -> ClientResult:
-    import aiohttp
+class _Connection:
+    """One keep-alive HTTP/1.1 connection speaking just what the figure needs (the instance
+    always answers with a ``content-length``). The client shares the 2 cores with the server it
+    measures: aiohttp used 518–549 µs of client CPU per command at 1k commands/s, this one
+    178–248 µs (and the instance then sustained 645–725 commands/s instead of 442–518)."""
 
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        if self._streams is None:
+            self._streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self._streams
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        try:
+            writer.write(head.encode() + b"\r\n" + (body or b""))
+            status = int((await reader.readline()).split()[1])
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            return status, await reader.readexactly(length)
+        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError):
+            self.close()
+            raise ConnectionError(f"{method} {path} failed") from None
+
+    def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
+
+
+def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) -> ClientResult:
     result = ClientResult()
     rng = random.Random(5)
+    address = urllib.parse.urlsplit(url)
+    host, port = address.hostname or "127.0.0.1", address.port or 80
 
-    async def probe(session: aiohttp.ClientSession, key: str, version: int) -> float | None:
+    async def probe(connection: _Connection, key: str, version: int) -> float | None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            async with session.get(f"{url}/stores/stock/keys/{key}") as response:
-                if response.status == 200:
-                    body = await response.json()
-                    if body["value"]["on_hand"] >= version - 1:
-                        return time.monotonic()
+            status, body = await connection.request("GET", f"/stores/stock/keys/{key}")
+            if status == 200 and json.loads(body)["value"]["on_hand"] >= version - 1:
+                return time.monotonic()
             await asyncio.sleep(0.005)  # nothing to await: the API has no change feed
         return None
 
-    async def command(session: aiohttp.ClientSession, n: int) -> None:
+    async def command(connection: _Connection, n: int) -> None:
         key = sku(rng.randrange(keys))
         sent = time.monotonic()
         try:
-            async with session.post(
-                f"{url}/commands/product/{key}/receive_shipment", json={"quantity": 1}
-            ) as response:
-                body = await response.json()
-                if response.status != 200:
-                    result.failed += 1
-                    return
-        except aiohttp.ClientError:
+            status, body = await connection.request(
+                "POST", f"/commands/product/{key}/receive_shipment", b'{"quantity":1}'
+            )
+        except ConnectionError:
+            result.failed += 1
+            return
+        if status != 200:
             result.failed += 1
             return
         acknowledged = time.monotonic()
         result.ack_ms.append((acknowledged - sent) * 1e3)
         if n % probe_every == 0:
-            visible = await probe(session, key, body["events"][-1]["version"])
-            position = body["position"]
+            answer = json.loads(body)
+            visible = await probe(connection, key, answer["events"][-1]["version"])
+            position = answer["position"]
             result.probes.append(
                 Probe(position["partition"], position["offset"], acknowledged, visible)
             )
 
     async def run() -> None:
-        # Open loop on schedule, but at most IN_FLIGHT commands outstanding: an instance that
-        # cannot keep up lowers the achieved rate (reported) instead of queueing in the client.
-        slots = asyncio.Semaphore(IN_FLIGHT)
+        # Open loop on schedule, but at most IN_FLIGHT commands outstanding (one connection
+        # each): an instance that cannot keep up lowers the achieved rate (reported) instead
+        # of queueing in the client.
+        idle: asyncio.Queue[_Connection] = asyncio.Queue()
+        for _ in range(IN_FLIGHT):
+            idle.put_nowait(_Connection(host, port))
 
-        async def limited(session: aiohttp.ClientSession, n: int) -> None:
+        async def on(connection: _Connection, n: int) -> None:
             try:
-                await command(session, n)
+                await command(connection, n)
             finally:
-                slots.release()
+                idle.put_nowait(connection)
 
-        connector = aiohttp.TCPConnector(limit=IN_FLIGHT)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            tasks = []
-            started = time.monotonic()
-            for n in range(int(rate * seconds)):
-                delay = started + n / rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)  # commands leave on schedule
-                await slots.acquire()
-                if time.monotonic() - started > seconds:
-                    slots.release()
-                    break  # the run lasts ``seconds``, whatever rate the instance sustains
-                tasks.append(asyncio.create_task(limited(session, n)))
-            await asyncio.gather(*tasks)
-            result.seconds = time.monotonic() - started
-            result.sent = len(tasks)
+        tasks = []
+        started = time.monotonic()
+        for n in range(int(rate * seconds)):
+            delay = started + n / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)  # commands leave on schedule
+            connection = await idle.get()
+            if time.monotonic() - started > seconds:
+                break  # the run lasts ``seconds``, whatever rate the instance sustains
+            tasks.append(asyncio.create_task(on(connection, n)))
+        await asyncio.gather(*tasks)
+        result.seconds = time.monotonic() - started
+        result.sent = len(tasks)
+        while not idle.empty():
+            idle.get_nowait().close()
 
+    cpu = time.process_time()
     asyncio.run(run())
+    result.cpu_s = time.process_time() - cpu
     return result
 
 
