@@ -263,7 +263,7 @@ def _lookups(
             server=server,
         )
 
-    instance = prices_instance("granian")
+    instance = prices_instance("uvicorn")
     with instance, PeakRss(_pid(instance)) as peak:
         started = time.perf_counter()
         _step(
@@ -289,16 +289,16 @@ def _lookups(
         )
     )
     # The same stores served by the instance restarted on the other HTTP server.
-    on_uvicorn = prices_instance("uvicorn")
-    with on_uvicorn:
-        _step(console, "instance restarted with --server uvicorn", on_uvicorn.wait_ready)
-        target = lookups.Target("instance on uvicorn", on_uvicorn.url, _pid(on_uvicorn))
+    on_granian = prices_instance("granian")
+    with on_granian:
+        _step(console, "instance restarted with --server granian", on_granian.wait_ready)
+        target = lookups.Target("instance on granian", on_granian.url, _pid(on_granian))
         figures.insert(
             1,
             _step(
                 console,
-                "lookups: instance on uvicorn vs minimal app",
-                lambda: lookups.instance_on_uvicorn_figure(wrk, target, setup),
+                "lookups: instance on granian vs minimal app",
+                lambda: lookups.instance_on_granian_figure(wrk, target, setup),
             ),
         )
     return figures  # type: ignore[no-any-return]

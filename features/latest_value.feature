@@ -2,12 +2,13 @@
 Feature: Topics written by other producers are queryable (latest value per key)
   A LatestValue store keeps the latest value of every key of a topic someone else writes
   (KTable semantics: a tombstone deletes the key), with the producer's partitioner declared.
-  The instance runs on the default HTTP server, granian, which runs it in a worker process.
+  The instance here runs on granian (`foldstream serve --server granian`), the faster server for
+  lookups; every other feature runs on the default, uvicorn.
 
   Background:
     Given the topic "supplier.prices" has 3 partitions
     And the topic "supplier.ratings" has 5 partitions
-    And the service "foldstream.examples.prices:service" is running
+    And the service "foldstream.examples.prices:service" is running on granian
 
   Scenario: JSON values from a librdkafka producer with its default partitioner
     When a "librdkafka" producer writes these records to "supplier.prices":

@@ -7,7 +7,7 @@ Feature: A projection recovers from failed micro-batches
 
   Background:
     Given the topic "flaky.records" has 2 partitions
-    And the service "foldstream.testing.flaky:service" is running on uvicorn
+    And the service "foldstream.testing.flaky:service" is running
 
   Scenario: A record whose fold fails twice is applied on the third attempt
     When a record with key "twice" of "flaky.records" fails its projection 2 times

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from foldstream.errors import FoldstreamError
-from foldstream.serving import DEFAULT_SERVER, HttpServer
+from foldstream.serving import HttpServer
 
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
@@ -52,8 +52,8 @@ def serve(
         int | None, typer.Option(help="how long a silent instance keeps its partitions")
     ] = None,
     server: Annotated[
-        HttpServer, typer.Option(help="HTTP server (granian runs the instance in its worker)")
-    ] = DEFAULT_SERVER,
+        HttpServer, typer.Option(help="HTTP server; granian: faster lookups, own worker process")
+    ] = HttpServer.uvicorn,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
     from foldstream.service import load_service

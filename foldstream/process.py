@@ -20,7 +20,6 @@ from typing import Any
 
 from foldstream.broker import free_port
 from foldstream.errors import FoldstreamError
-from foldstream.serving import DEFAULT_SERVER
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -91,7 +90,7 @@ class InstanceProcess:
         spark_master: str = "local[2]",
         standbys: int = 1,
         session_timeout_ms: int = 3000,
-        server: str = DEFAULT_SERVER.value,
+        server: str = "uvicorn",
     ) -> None:
         self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)

@@ -34,12 +34,6 @@ class HttpServer(StrEnum):
     granian = "granian"
 
 
-#: granian parses HTTP in Rust threads, outside the GIL: the instance answered 1.14–1.35× the
-#: lookups per CPU-second of the minimal Starlette+uvicorn reference on it, 0.91–1.01× on
-#: uvicorn (``make bench``).
-DEFAULT_SERVER = HttpServer.granian
-
-
 def configure_logging() -> None:
     logging.basicConfig(
         level=os.environ.get("FOLDSTREAM_LOG_LEVEL", "INFO"),

@@ -23,7 +23,6 @@ import pytest
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.process import InstanceProcess, wait_cluster_stable
-from foldstream.serving import DEFAULT_SERVER
 
 pytest_plugins = [
     "foldstream.testing.steps",
@@ -49,9 +48,7 @@ class InstancePool:
         self._running: dict[str, InstanceProcess] = {}
         self._clusters: dict[tuple[str, int], list[InstanceProcess]] = {}
 
-    def _new(
-        self, service: str, state_dir: str, server: str = DEFAULT_SERVER.value
-    ) -> InstanceProcess:
+    def _new(self, service: str, state_dir: str, server: str = "uvicorn") -> InstanceProcess:
         name = service.replace(":", ".").replace(".", "-")
         return InstanceProcess(
             bootstrap=self.bootstrap,
@@ -70,7 +67,7 @@ class InstancePool:
         for instance in dead:
             instance.wait_ready()
 
-    def get(self, service: str, server: str = DEFAULT_SERVER.value) -> InstanceProcess:
+    def get(self, service: str, server: str = "uvicorn") -> InstanceProcess:
         """The running, ready instance of ``service`` (``package.module:attribute``) on the
         HTTP ``server`` (``uvicorn`` or ``granian``)."""
         key = f"{service} on {server}"
