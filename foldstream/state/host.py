@@ -21,10 +21,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -33,6 +33,7 @@ from foldstream.state.base import PartitionReader, PartitionWriter
 from foldstream.state.rocksdb import RocksDBWriter, partition_path
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How long a task waits for the host's answer, and a new connection for its handshake.
 REQUEST_TIMEOUT_S = 120.0
@@ -95,33 +96,25 @@ class HeldPartition(PartitionReader):
             if not self._users:
                 self._state.notify_all()
 
-    def get(self, key: bytes) -> bytes | None:
+    def _use(self, read: Callable[[RocksDBWriter], T]) -> T:
+        """``read`` applied to the open writer; a close waits until it returned."""
         writer = self._enter()
         try:
-            return writer.get(key)
+            return read(writer)
         finally:
             self._exit()
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._use(lambda writer: writer.get(key))
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        writer = self._enter()
-        try:
-            return writer.get_many(keys)
-        finally:
-            self._exit()
+        return self._use(lambda writer: writer.get_many(keys))
 
     def applied_offset(self) -> int | None:
-        writer = self._enter()
-        try:
-            return writer.applied_offset()
-        finally:
-            self._exit()
+        return self._use(RocksDBWriter.applied_offset)
 
     def changelog_offset(self) -> int | None:
-        writer = self._enter()
-        try:
-            return writer.changelog_offset()
-        finally:
-            self._exit()
+        return self._use(RocksDBWriter.changelog_offset)
 
     def read(self, keys: list[bytes]) -> tuple[str, int | None, list[bytes | None]]:
         """:attr:`token`, the applied source offset and the values of ``keys``."""
