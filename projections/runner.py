@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import write_owned
-from foldstream.state.host import PartitionClosed, StoreHost
+from foldstream.state.host import StoreHost
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -42,13 +42,11 @@ def stored_offsets(
     ``host`` holds; the others (released meanwhile) are left out."""
     starts = {}
     for partition in partitions:
-        held = host.partition(store, partition)
-        try:
-            if held is None:
-                raise PartitionClosed(f"{store}/{partition} is not held")
-            starts[partition] = held.next_offset()
-        except PartitionClosed:
+        offset = host.next_offset(store, partition)
+        if offset is None:
             log.info("projection %s: partition %d of %s is not held here", store, partition, topic)
+        else:
+            starts[partition] = offset
     return starts
 
 

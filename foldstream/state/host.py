@@ -118,15 +118,15 @@ class HeldPartition(PartitionReader):
 
     def read(self, keys: list[bytes]) -> tuple[str, int | None, list[bytes | None]]:
         """:attr:`token`, the applied source offset and the values of ``keys``."""
+
+        def read_all(writer: RocksDBWriter) -> tuple[str, int | None, list[bytes | None]]:
+            values: list[bytes | None] = []
+            for start in range(0, len(keys), READ_CHUNK):
+                values += writer.get_many(keys[start : start + READ_CHUNK])
+            return self.token, writer.applied_offset(), values
+
         with self._writing:
-            writer = self._enter()
-            try:
-                values: list[bytes | None] = []
-                for start in range(0, len(keys), READ_CHUNK):
-                    values += writer.get_many(keys[start : start + READ_CHUNK])
-                return self.token, writer.applied_offset(), values
-            finally:
-                self._exit()
+            return self._use(read_all)
 
     def write(
         self,
@@ -137,14 +137,14 @@ class HeldPartition(PartitionReader):
         changelog_offset: int | None,
     ) -> None:
         """Write what a task folded from the state it read as ``(token, read_offset)``."""
+
+        def write_if_unchanged(writer: RocksDBWriter) -> None:
+            if token != self.token or writer.applied_offset() != read_offset:
+                raise PartitionClosed(f"{self._name} was written or moved since it was read")
+            writer.write(changes, offset, changelog_offset=changelog_offset)
+
         with self._writing:
-            writer = self._enter()
-            try:
-                if token != self.token or writer.applied_offset() != read_offset:
-                    raise PartitionClosed(f"{self._name} was written or moved since it was read")
-                writer.write(changes, offset, changelog_offset=changelog_offset)
-            finally:
-                self._exit()
+            self._use(write_if_unchanged)
 
     def refresh(self) -> None:
         return None
@@ -224,6 +224,14 @@ class StoreHost:
     def partition(self, store: str, partition: int) -> HeldPartition | None:
         """The held partition, or None if it is not held here."""
         return self._held.get((store, partition))
+
+    def next_offset(self, store: str, partition: int) -> int | None:
+        """The first source offset not in the held partition, or None if it is not held."""
+        held = self._held.get((store, partition))
+        try:
+            return None if held is None else held.next_offset()
+        except PartitionClosed:  # closed under this read
+            return None
 
     def held(self) -> frozenset[StoreKey]:
         with self._lock:
