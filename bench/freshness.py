@@ -23,6 +23,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from bench.http_client import Connection
 from bench.workload import sku
 from foldstream.domain import EventRecord
 from foldstream.examples.inventory import service
@@ -61,62 +62,26 @@ def run_client(
         return pool.apply(_client, (url, rate, seconds, keys, probe_every))
 
 
-class _Connection:
-    """One keep-alive HTTP/1.1 connection speaking just what the figure needs (the instance
-    always answers with a ``content-length``). The client shares the 2 cores with the server it
-    measures: aiohttp used 518–549 µs of client CPU per command at 1k commands/s, this one
-    178–248 µs (and the instance then sustained 645–725 commands/s instead of 442–518)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-
-    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        if self._streams is None:
-            self._streams = await asyncio.open_connection(self.host, self.port)
-        reader, writer = self._streams
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        try:
-            writer.write(head.encode() + b"\r\n" + (body or b""))
-            status = int((await reader.readline()).split()[1])
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            return status, await reader.readexactly(length)
-        except (OSError, ValueError, IndexError, asyncio.IncompleteReadError):
-            self.close()
-            raise ConnectionError(f"{method} {path} failed") from None
-
-    def close(self) -> None:
-        if self._streams is not None:
-            self._streams[1].close()
-            self._streams = None
-
-
 def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) -> ClientResult:
     result = ClientResult()
     rng = random.Random(5)
     address = urllib.parse.urlsplit(url)
     host, port = address.hostname or "127.0.0.1", address.port or 80
 
-    async def probe(connection: _Connection, key: str, version: int) -> float | None:
+    async def probe(connection: Connection, key: str, version: int) -> float | None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            status, body = await connection.request("GET", f"/stores/stock/keys/{key}")
+            status, body, _ = await connection.request("GET", f"/stores/stock/keys/{key}")
             if status == 200 and json.loads(body)["value"]["on_hand"] >= version - 1:
                 return time.monotonic()
             await asyncio.sleep(0.005)  # nothing to await: the API has no change feed
         return None
 
-    async def command(connection: _Connection, n: int) -> None:
+    async def command(connection: Connection, n: int) -> None:
         key = sku(rng.randrange(keys))
         sent = time.monotonic()
         try:
-            status, body = await connection.request(
+            status, body, _ = await connection.request(
                 "POST", f"/commands/product/{key}/receive_shipment", b'{"quantity":1}'
             )
         except ConnectionError:
@@ -139,11 +104,11 @@ def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) 
         # Open loop on schedule, but at most IN_FLIGHT commands outstanding (one connection
         # each): an instance that cannot keep up lowers the achieved rate (reported) instead
         # of queueing in the client.
-        idle: asyncio.Queue[_Connection] = asyncio.Queue()
+        idle: asyncio.Queue[Connection] = asyncio.Queue()
         for _ in range(IN_FLIGHT):
-            idle.put_nowait(_Connection(host, port))
+            idle.put_nowait(Connection(host, port))
 
-        async def on(connection: _Connection, n: int) -> None:
+        async def on(connection: Connection, n: int) -> None:
             try:
                 await command(connection, n)
             finally:

@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from foldstream.errors import FoldstreamError
 from foldstream.kafka import Partitioner, partition_for
+from foldstream.query_api.fast_lookup import FastLookups
 
 KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian")
 
@@ -80,11 +81,10 @@ def minimal_app(
     )
 
 
-def foldstream_app() -> Any:
+def foldstream_app() -> FastLookups:
     """foldstream's query routes (with the lookup fast path, as an instance serves them) over
     the stores named by ``BENCH_QUERY_*`` (a granian factory)."""
     from foldstream.query_api import StoreReaders, query_routes
-    from foldstream.query_api.fast_lookup import FastLookups
     from foldstream.query_api.stores import StoreInfo
     from foldstream.routing import LocalOnly
 
@@ -200,7 +200,12 @@ def main() -> None:
     if args.kind == "foldstream-uvicorn":
         import uvicorn
 
-        uvicorn.run(foldstream_app(), host="127.0.0.1", port=args.port, log_level="warning")
+        from foldstream.query_api.lookup_protocol import lookup_protocol
+
+        app = foldstream_app()  # with the lookup protocol, as an instance serves on uvicorn
+        uvicorn.run(
+            app, http=lookup_protocol(app), host="127.0.0.1", port=args.port, log_level="warning"
+        )
         return
     from granian import Granian
     from granian.constants import Interfaces

@@ -20,6 +20,7 @@ from typing import Any
 
 from foldstream.errors import ConfigurationError
 from foldstream.memory import limit_malloc_arenas
+from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.settings import Settings
 
 #: The environment variable carrying the instance's service and settings to granian's worker.
@@ -49,9 +50,13 @@ def serve(service_path: str, settings: Settings, server: HttpServer) -> None:
         return
     import uvicorn
 
+    from foldstream.query_api.lookup_protocol import lookup_protocol
+
+    app = _instance_app(service_path, settings)
     # Redirect locations come from members' advertised URLs, never from forwarded headers.
     uvicorn.run(
-        _instance_app(service_path, settings),
+        app,
+        http=lookup_protocol(app),
         host=settings.host,
         port=settings.port,
         log_level="warning",
@@ -61,7 +66,7 @@ def serve(service_path: str, settings: Settings, server: HttpServer) -> None:
     )
 
 
-def _instance_app(service_path: str, settings: Settings) -> Any:
+def _instance_app(service_path: str, settings: Settings) -> FastLookups:
     from foldstream.instance import Instance
     from foldstream.service import load_service
 

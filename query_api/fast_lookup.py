@@ -6,7 +6,8 @@ to it).
 Those layers cost about a third of a lookup's CPU (measured on uvicorn: a bare ASGI lookup
 served ~1.5x the lookups per CPU-second of the same lookup as a Starlette route). Every other
 request, and every other lookup (query parameters, standby reads, 404s, 503s), goes on to the
-Starlette app, which answers it the same way.
+Starlette app, which answers it the same way. On uvicorn the same answers are given earlier
+still, inside the HTTP protocol (:mod:`foldstream.query_api.lookup_protocol`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _NO_STORE = (b"cache-control", b"no-store")
 _HOPS_QUERY = re.compile(rb"hops=([0-9]{1,2})")
 
 Scope = dict[str, Any]
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 ASGIApp = Callable[..., Any]
 
 
@@ -47,13 +49,8 @@ class FastLookups:
         self.locator = locator
 
     async def __call__(self, scope: Scope, receive: ASGIApp, send: ASGIApp) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["method"] == "GET"
-            and scope["path"].startswith(_PREFIX)
-            and (hops := _hops(scope["query_string"])) is not None
-        ):
-            answer = self._answer(scope, hops)
+        if scope["type"] == "http" and scope["method"] == "GET":
+            answer = self.answer(scope["path"], scope.get("raw_path"), scope["query_string"])
             if answer is not None:
                 status, headers, body = answer
                 headers.append((b"content-length", str(len(body)).encode()))
@@ -62,11 +59,12 @@ class FastLookups:
                 return
         await self.app(scope, receive, send)
 
-    def _answer(
-        self, scope: Scope, hops: int
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
-        """Status, headers and body of a found key or a redirect, else None."""
-        store, keys, key = scope["path"][len(_PREFIX) :].partition(_KEYS)
+    def answer(self, path: str, raw_path: bytes | None, query_string: bytes) -> Answer | None:
+        """Status, headers (no ``content-length``) and body of a ``GET`` of ``path`` that is a
+        found key of an active partition or a redirect; None for any other request."""
+        if not path.startswith(_PREFIX) or (hops := _hops(query_string)) is None:
+            return None
+        store, keys, key = path[len(_PREFIX) :].partition(_KEYS)
         if not keys or not key or "/" in store:
             return None
         try:
@@ -82,8 +80,7 @@ class FastLookups:
         if isinstance(location, Redirect):
             if hops >= MAX_HOPS:
                 return None  # the app answers 503: the members disagree on the owner
-            raw_path = scope.get("raw_path") or scope["path"].encode()
-            target = redirect_target(location.url, raw_path, [], hops + 1)
+            target = redirect_target(location.url, raw_path or path.encode(), [], hops + 1)
             return 307, [(b"location", target.encode("latin-1")), _NO_STORE], b""
         if not isinstance(location, Local) or location.role != "active":
             return None

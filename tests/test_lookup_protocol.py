@@ -1,0 +1,165 @@
+"""uvicorn with the lookup protocol answers byte for byte what uvicorn's own protocol answers with
+the same app, over real sockets; requests the fast path does not take reach the app."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+
+from foldstream.broker import free_port
+from foldstream.kafka import partition_for
+from foldstream.query_api import query_routes
+from foldstream.query_api.fast_lookup import FastLookups
+from foldstream.query_api.lookup_protocol import lookup_protocol
+from tests.test_batch_lookups import write_store
+from tests.test_fast_lookup import OwnsPartitionZero
+
+Response = tuple[bytes, dict[bytes, bytes], bytes]
+
+
+class _Served:
+    """``app`` served by uvicorn in a thread (with ``http=`` ``protocol``, if given)."""
+
+    def __init__(self, app: Any, protocol: Any = None) -> None:
+        self.port = free_port()
+        options = {"http": protocol} if protocol is not None else {}
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", **options
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> _Served:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            self.thread.join(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def exchange(self, request: bytes, responses: int = 1) -> list[Response]:
+        """Send the raw ``request`` bytes and read ``responses`` responses (date header
+        dropped: it is the only byte allowed to differ)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as connection:
+            connection.sendall(request)
+            reader = connection.makefile("rb")
+            head = request.startswith(b"HEAD ")
+            return [_read_response(reader, head) for _ in range(responses)]
+
+
+def _read_response(reader: Any, head: bool) -> Response:
+    status = reader.readline().rstrip(b"\r\n")
+    headers: dict[bytes, bytes] = {}
+    while (line := reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.rstrip(b"\r\n").partition(b": ")
+        headers[name.lower()] = value
+    headers.pop(b"date", None)
+    length = 0 if head else int(headers.get(b"content-length", b"0"))
+    return status, headers, reader.read(length)
+
+
+@pytest.fixture()
+def servers(tmp_path: Path) -> Iterator[tuple[_Served, _Served, list[str]]]:
+    """The same app on uvicorn's own protocol and on the lookup protocol, and the paths of the
+    requests that reached the ASGI app (on the lookup protocol: those not answered in it)."""
+    readers = write_store(tmp_path, {"k-0": b'{"n":0}', "k-1": b'{"n":1}', "k-2": b'{"n":2}'})
+    locator = OwnsPartitionZero()
+    routes = Starlette(
+        routes=query_routes(lambda: readers, lambda: locator, lambda: (True, {}), dict)
+    )
+    lookups = FastLookups(routes, readers=lambda: readers, locator=lambda: locator)
+    passed_on: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            passed_on.append(scope["path"])
+        await lookups(scope, receive, send)
+
+    try:
+        with _Served(app) as plain, _Served(app, lookup_protocol(lookups)) as fast:
+            yield plain, fast, passed_on
+    finally:
+        readers.close()
+
+
+def _get(path: str, extra: str = "", version: str = "1.1") -> bytes:
+    return f"GET {path} HTTP/{version}\r\nHost: x\r\n{extra}\r\n".encode()
+
+
+def _key(partition: int) -> str:
+    return next(f"k-{n}" for n in range(3) if partition_for(f"k-{n}".encode(), 2) == partition)
+
+
+def test_found_keys_and_redirects_are_answered_in_the_protocol(
+    servers: tuple[_Served, _Served, list[str]],
+) -> None:
+    plain, fast, passed_on = servers
+    here, elsewhere = f"/stores/kv/keys/{_key(0)}", f"/stores/kv/keys/{_key(1)}"
+    requests = [_get(here), _get(here + "?hops=1"), _get(elsewhere), _get(elsewhere + "?hops=2")]
+    for request in requests:
+        expected = plain.exchange(request)
+        passed_on.clear()
+        assert fast.exchange(request) == expected, request
+        assert passed_on == [], request
+    status, headers, _ = fast.exchange(_get(elsewhere))[0]
+    assert status == b"HTTP/1.1 307 Temporary Redirect"
+    assert headers[b"location"] == f"{OwnsPartitionZero.elsewhere}{elsewhere}?hops=1".encode()
+    # Kept alive: several lookups, and a pipelined pair, on one connection.
+    assert fast.exchange(_get(here) * 3, 3) == plain.exchange(_get(here) * 3, 3)
+    assert fast.exchange(_get(here) + _get(elsewhere), 2) == plain.exchange(
+        _get(here) + _get(elsewhere), 2
+    )
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        _get("/stores/kv/keys/missing"),  # 404 from the route
+        _get("/stores/kv/keys/k-%30"),  # percent-encoded: uvicorn decodes it
+        _get(f"/stores/kv/keys/{_key(0)}?max_lag=5"),  # query parameters: the route's
+        _get(f"/stores/kv/keys/{_key(1)}?hops=3"),  # too many hops: 503 from the route
+        _get(f"/stores/kv/keys/{_key(0)}", version="1.0"),  # not kept alive
+        _get(f"/stores/kv/keys/{_key(0)}", "Connection: close\r\n"),
+        _get(f"/stores/kv/keys/{_key(0)}", "Expect: 100-continue\r\n"),
+        f"HEAD /stores/kv/keys/{_key(0)} HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+        b'POST /stores/kv/keys HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n["k-0"]',
+        _get("/health"),
+    ],
+    ids=lambda r: r.split(b"\r\n")[0].decode() + ("+" + r.split(b"\r\n")[2].decode()),
+)
+def test_other_requests_reach_the_app_and_get_the_same_answer(
+    servers: tuple[_Served, _Served, list[str]], request_bytes: bytes
+) -> None:
+    plain, fast, passed_on = servers
+    expected = plain.exchange(request_bytes)
+    passed_on.clear()
+    assert fast.exchange(request_bytes) == expected
+    assert len(passed_on) == 1
+
+
+def test_a_failing_fast_path_leaves_the_request_to_the_app(tmp_path: Path) -> None:
+    readers = write_store(tmp_path, {"k-0": b"1"})
+
+    def broken() -> Any:
+        raise ValueError("broken locator")
+
+    routes = Starlette(routes=query_routes(lambda: readers, broken, lambda: (True, {}), dict))
+    app = FastLookups(routes, readers=lambda: readers, locator=broken)
+    try:
+        with _Served(app, lookup_protocol(app)) as fast:
+            status, _, body = fast.exchange(_get("/stores/kv/keys/k-0"))[0]
+            assert status == b"HTTP/1.1 500 Internal Server Error", body
+            assert fast.exchange(_get("/health"))[0][0] == b"HTTP/1.1 200 OK"
+    finally:
+        readers.close()
