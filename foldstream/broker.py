@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -43,10 +44,32 @@ def tansu_binary() -> Path:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now, below the kernel's ephemeral
+    range where it can.
+
+    The port is bound later by another process (a broker, an instance). Taken from the
+    ephemeral range, it could be handed meanwhile to any socket bound to port 0 — the JVM an
+    instance starts first binds several — and the instance then failed with "address already
+    in use" (seen once in this project's benchmark runs)."""
+    low, _ = _ephemeral_range()
+    for port in random.sample(range(max(1024, low - 12_000), low), 64):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:

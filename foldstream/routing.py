@@ -94,8 +94,9 @@ def redirect(request: Request, location: Redirect) -> Response:
 
 def redirect_target(url: str, raw_path: bytes, query: list[tuple[str, str]], hops: int) -> str:
     """``raw_path`` with ``query`` on the member at ``url``, counting ``hops``."""
-    query = [*query, (HOPS_PARAM, str(hops))]
-    return f"{url.rstrip('/')}{raw_path.decode('latin-1')}?{urlencode(query)}"
+    # Most redirects carry no other parameter: no need to pay urlencode's quoting for them.
+    params = f"{urlencode(query)}&" if query else ""
+    return f"{url.rstrip('/')}{raw_path.decode('latin-1')}?{params}{HOPS_PARAM}={hops:d}"
 
 
 def parse_max_lag(request: Request) -> int | None:

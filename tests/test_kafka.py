@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import EmbeddedBroker, free_port
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
 from foldstream.offsets import EndOffsets
@@ -56,3 +59,15 @@ def test_end_offsets_include_the_whole_last_batch(broker: EmbeddedBroker) -> Non
         assert ends.wait_beyond({0: 14}, timeout=10) == {0: 15}
     finally:
         ends.close()
+
+
+def test_free_ports_lie_below_the_ephemeral_range() -> None:
+    """A port handed to a process that binds it later is never one the kernel gives to a
+    socket bound to port 0 meanwhile (the JVM an instance starts first binds several)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(1024 <= port < low for port in ports), ports
+    assert len(ports) > 1
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # free, as promised

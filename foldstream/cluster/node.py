@@ -164,6 +164,9 @@ class ClusterNode:
                 continue
             try:
                 self._reconcile(self.map.assignment())
+                # Woken by a change of the map: a partition's new owner is routed to now, not
+                # at the next upkeep round (up to PUBLISH_INTERVAL_S later, in a failover).
+                self._build_routes()
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("following the assignment failed")
 
