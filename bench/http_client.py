@@ -64,7 +64,8 @@ class Connections:
     async def get(self, url: str, max_redirects: int = 3) -> tuple[int, bytes]:
         """Status and body of ``GET url`` after following up to ``max_redirects`` redirects
         (0: a redirect is answered as it is)."""
-        for redirects in range(max_redirects + 1):
+        redirects = 0
+        while True:
             parts = urllib.parse.urlsplit(url)
             connection = self._by_host.get(parts.netloc)
             if connection is None:
@@ -75,7 +76,7 @@ class Connections:
             if status not in REDIRECTS or location is None or redirects == max_redirects:
                 return status, body
             url = urllib.parse.urljoin(url, location)
-        raise AssertionError("unreachable")
+            redirects += 1
 
     def close(self) -> None:
         for connection in self._by_host.values():

@@ -52,7 +52,8 @@ def free_port() -> int:
     instance starts first binds several — and the instance then failed with "address already
     in use" (seen once in this project's benchmark runs)."""
     low, _ = _ephemeral_range()
-    for port in random.sample(range(max(1024, low - 12_000), low), 64):
+    below = range(max(1024, low - 12_000), low)
+    for port in random.sample(below, min(64, len(below))):
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))

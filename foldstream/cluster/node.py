@@ -163,10 +163,10 @@ class ClusterNode:
             if self._stopping.is_set() or not self.map.caught_up():
                 continue
             try:
-                self._reconcile(self.map.assignment())
-                # Woken by a change of the map: a partition's new owner is routed to now, not
-                # at the next upkeep round (up to PUBLISH_INTERVAL_S later, in a failover).
+                # On every change of the map (at least each LEAD_INTERVAL_S): in a failover,
+                # lookups go to a partition's new owner as soon as it claims the partition.
                 self._build_routes()
+                self._reconcile(self.map.assignment())
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("following the assignment failed")
 
@@ -387,7 +387,6 @@ class ClusterNode:
                 with self._lock:
                     serving = set(self._serving)
                 self.lag.measure(serving)
-                self._build_routes()
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("cluster map round failed")
 
