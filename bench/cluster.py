@@ -125,8 +125,7 @@ def cluster_figures(
         # What one redirect costs the member that answers it, next to one answer it serves:
         # a remote key sent to the front instead of its owner costs one of each.
         front_pid = [api.pids[0]]
-        redirect_only = [front + path + k.decode() for k in remote[:half]]
-        answer_only = [front + path + k.decode() for k in local[:half]]
+        answer_only, redirect_only = mixed[:half], mixed[half:]
         per_307 = api.per_request(redirect_only, expect=307, follow=False, pids=front_pid)
         per_200 = api.per_request(answer_only, pids=front_pid)
         figures.append(

@@ -20,7 +20,7 @@ import time
 import urllib.request
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,7 +29,9 @@ from starlette.routing import Route
 
 from foldstream.errors import FoldstreamError
 from foldstream.kafka import Partitioner, partition_for
-from foldstream.query_api.fast_lookup import FastLookups
+
+if TYPE_CHECKING:  # the minimal reference server loads none of foldstream's query side
+    from foldstream.query_api.fast_lookup import FastLookups
 
 KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian")
 
@@ -85,6 +87,7 @@ def foldstream_app() -> FastLookups:
     """foldstream's query routes (with the lookup fast path, as an instance serves them) over
     the stores named by ``BENCH_QUERY_*`` (a granian factory)."""
     from foldstream.query_api import StoreReaders, query_routes
+    from foldstream.query_api.fast_lookup import FastLookups
     from foldstream.query_api.stores import StoreInfo
     from foldstream.routing import LocalOnly
 

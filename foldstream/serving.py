@@ -16,12 +16,14 @@ import signal
 import sys
 from dataclasses import asdict
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foldstream.errors import ConfigurationError
 from foldstream.memory import limit_malloc_arenas
-from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.settings import Settings
+
+if TYPE_CHECKING:  # the CLI imports this module; the query side loads only to serve
+    from foldstream.query_api.fast_lookup import FastLookups
 
 #: The environment variable carrying the instance's service and settings to granian's worker.
 SERVE_ENV = "FOLDSTREAM_SERVE"

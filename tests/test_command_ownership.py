@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -21,7 +19,6 @@ from email.message import Message
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 
 from foldstream.broker import EmbeddedBroker
@@ -32,6 +29,7 @@ from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
 from foldstream.examples.inventory import service
 from foldstream.kafka import TopicSpec, ensure_topics
 from foldstream.routing import LocalOnly
+from foldstream.testing.asgi import uvicorn_thread
 from foldstream.testing.kafka import read_topic
 
 PARTITIONS = 4
@@ -292,17 +290,8 @@ def web(broker: EmbeddedBroker) -> Iterator[Web]:
     with handlers(broker, new_topic(broker), 1) as (handler,):
         handler.assign(range(PARTITIONS))
         app = Starlette(routes=command_routes(lambda: handler, lambda: LocalOnly(handler.owned)))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        # Listening before the server starts: early requests wait in the backlog.
-        sock = socket.create_server(("127.0.0.1", 0))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        try:
-            yield Web(f"http://127.0.0.1:{sock.getsockname()[1]}", handler)
-        finally:
-            server.should_exit = True
-            thread.join(timeout=30)
-            sock.close()
+        with uvicorn_thread(app) as url:
+            yield Web(url, handler)
 
 
 def test_conflicting_commands_over_http_get_409(web: Web) -> None:

@@ -4,58 +4,34 @@ the same app, over real sockets; requests the fast path does not take reach the 
 from __future__ import annotations
 
 import socket
-import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 
-from foldstream.broker import free_port
 from foldstream.kafka import partition_for
 from foldstream.query_api import query_routes
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.lookup_protocol import lookup_protocol
+from foldstream.testing.asgi import uvicorn_thread
 from tests.test_batch_lookups import write_store
 from tests.test_fast_lookup import OwnsPartitionZero
 
 Response = tuple[bytes, dict[bytes, bytes], bytes]
 
 
-class _Served:
-    """``app`` served by uvicorn in a thread (with ``http=`` ``protocol``, if given)."""
-
-    def __init__(self, app: Any, protocol: Any = None) -> None:
-        self.port = free_port()
-        options = {"http": protocol} if protocol is not None else {}
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", **options
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> _Served:
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            self.thread.join(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-    def exchange(self, request: bytes, responses: int = 1) -> list[Response]:
-        """Send the raw ``request`` bytes and read ``responses`` responses (date header
-        dropped: it is the only byte allowed to differ)."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as connection:
-            connection.sendall(request)
-            reader = connection.makefile("rb")
-            head = request.startswith(b"HEAD ")
-            return [_read_response(reader, head) for _ in range(responses)]
+def _exchange(url: str, request: bytes, responses: int = 1) -> list[Response]:
+    """Send the raw ``request`` bytes to the server at ``url`` and read ``responses``
+    responses (date header dropped: it is the only byte allowed to differ)."""
+    address = urllib.parse.urlsplit(url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as connection:
+        connection.sendall(request)
+        reader = connection.makefile("rb")
+        head = request.startswith(b"HEAD ")
+        return [_read_response(reader, head) for _ in range(responses)]
 
 
 def _read_response(reader: Any, head: bool) -> Response:
@@ -70,7 +46,7 @@ def _read_response(reader: Any, head: bool) -> Response:
 
 
 @pytest.fixture()
-def servers(tmp_path: Path) -> Iterator[tuple[_Served, _Served, list[str]]]:
+def servers(tmp_path: Path) -> Iterator[tuple[str, str, list[str]]]:
     """The same app on uvicorn's own protocol and on the lookup protocol, and the paths of the
     requests that reached the ASGI app (on the lookup protocol: those not answered in it)."""
     readers = write_store(tmp_path, {"k-0": b'{"n":0}', "k-1": b'{"n":1}', "k-2": b'{"n":2}'})
@@ -87,7 +63,10 @@ def servers(tmp_path: Path) -> Iterator[tuple[_Served, _Served, list[str]]]:
         await lookups(scope, receive, send)
 
     try:
-        with _Served(app) as plain, _Served(app, lookup_protocol(lookups)) as fast:
+        with (
+            uvicorn_thread(app) as plain,
+            uvicorn_thread(app, http=lookup_protocol(lookups)) as fast,
+        ):
             yield plain, fast, passed_on
     finally:
         readers.close()
@@ -102,23 +81,23 @@ def _key(partition: int) -> str:
 
 
 def test_found_keys_and_redirects_are_answered_in_the_protocol(
-    servers: tuple[_Served, _Served, list[str]],
+    servers: tuple[str, str, list[str]],
 ) -> None:
     plain, fast, passed_on = servers
     here, elsewhere = f"/stores/kv/keys/{_key(0)}", f"/stores/kv/keys/{_key(1)}"
     requests = [_get(here), _get(here + "?hops=1"), _get(elsewhere), _get(elsewhere + "?hops=2")]
     for request in requests:
-        expected = plain.exchange(request)
+        expected = _exchange(plain, request)
         passed_on.clear()
-        assert fast.exchange(request) == expected, request
+        assert _exchange(fast, request) == expected, request
         assert passed_on == [], request
-    status, headers, _ = fast.exchange(_get(elsewhere))[0]
+    status, headers, _ = _exchange(fast, _get(elsewhere))[0]
     assert status == b"HTTP/1.1 307 Temporary Redirect"
     assert headers[b"location"] == f"{OwnsPartitionZero.elsewhere}{elsewhere}?hops=1".encode()
     # Kept alive: several lookups, and a pipelined pair, on one connection.
-    assert fast.exchange(_get(here) * 3, 3) == plain.exchange(_get(here) * 3, 3)
-    assert fast.exchange(_get(here) + _get(elsewhere), 2) == plain.exchange(
-        _get(here) + _get(elsewhere), 2
+    assert _exchange(fast, _get(here) * 3, 3) == _exchange(plain, _get(here) * 3, 3)
+    assert _exchange(fast, _get(here) + _get(elsewhere), 2) == _exchange(
+        plain, _get(here) + _get(elsewhere), 2
     )
 
 
@@ -139,12 +118,12 @@ def test_found_keys_and_redirects_are_answered_in_the_protocol(
     ids=lambda r: r.split(b"\r\n")[0].decode() + ("+" + r.split(b"\r\n")[2].decode()),
 )
 def test_other_requests_reach_the_app_and_get_the_same_answer(
-    servers: tuple[_Served, _Served, list[str]], request_bytes: bytes
+    servers: tuple[str, str, list[str]], request_bytes: bytes
 ) -> None:
     plain, fast, passed_on = servers
-    expected = plain.exchange(request_bytes)
+    expected = _exchange(plain, request_bytes)
     passed_on.clear()
-    assert fast.exchange(request_bytes) == expected
+    assert _exchange(fast, request_bytes) == expected
     assert len(passed_on) == 1
 
 
@@ -157,9 +136,9 @@ def test_a_failing_fast_path_leaves_the_request_to_the_app(tmp_path: Path) -> No
     routes = Starlette(routes=query_routes(lambda: readers, broken, lambda: (True, {}), dict))
     app = FastLookups(routes, readers=lambda: readers, locator=broken)
     try:
-        with _Served(app, lookup_protocol(app)) as fast:
-            status, _, body = fast.exchange(_get("/stores/kv/keys/k-0"))[0]
+        with uvicorn_thread(app, http=lookup_protocol(app)) as fast:
+            status, _, body = _exchange(fast, _get("/stores/kv/keys/k-0"))[0]
             assert status == b"HTTP/1.1 500 Internal Server Error", body
-            assert fast.exchange(_get("/health"))[0][0] == b"HTTP/1.1 200 OK"
+            assert _exchange(fast, _get("/health"))[0][0] == b"HTTP/1.1 200 OK"
     finally:
         readers.close()
