@@ -1,4 +1,4 @@
-"""Server-side cost from ``/proc``: CPU seconds and peak RSS of a process and all its children."""
+"""Server-side cost from ``/proc``: CPU seconds and peak memory of a process tree."""
 
 from __future__ import annotations
 
@@ -79,17 +79,6 @@ def cpu_by_kind(pid: int) -> dict[str, float]:
     return split
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid``'s tree now."""
-    total = 0
-    for member in process_tree(pid):
-        try:
-            total += int(Path(f"/proc/{member}/statm").read_text().split()[1]) * _PAGE
-        except (OSError, IndexError):
-            continue
-    return total
-
-
 def _own_cpu(pid: int) -> float | None:
     fields = _stat_fields(pid)
     return None if fields is None else (int(fields[11]) + int(fields[12])) / _TICKS
@@ -139,36 +128,50 @@ class CpuMeter:
         self.root_seconds = self._last.get(self.pid, 0.0) - self._first.get(self.pid, 0.0)
 
 
-def pss_bytes(pid: int) -> int:
-    """Proportional set size of ``pid``'s tree now: shared pages (libraries, forked workers'
-    common memory) counted once across the tree rather than once per process as in RSS."""
-    total = 0
-    for member in process_tree(pid):
-        try:
-            for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
+def _rss_and_pss(pid: int) -> tuple[int, int] | None:
+    found: dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name in ("Rss", "Pss"):
+                found[name] = int(value.split()[0]) * 1024
+    except (OSError, IndexError, ValueError):
+        return None
+    return found.get("Rss", 0), found.get("Pss", 0)
 
 
 class PeakRss:
-    """Samples the RSS (and PSS) of a process tree in a background thread; ``peak`` and
-    ``peak_pss`` are the largest seen."""
+    """Samples the memory of a process tree in a background thread.
+
+    ``peak`` is the largest RSS summed over the tree (pages shared between processes, such as
+    libraries and what forked Spark workers inherit, counted in each); ``peak_pss`` the largest
+    PSS (each shared page split between its sharers: the tree's memory, each page once), and
+    ``split`` that PSS by kind of process (the root is ``"instance process"``).
+    """
 
     def __init__(self, pid: int, interval: float = 0.25) -> None:
         self.pid = pid
         self.interval = interval
         self.peak = self.peak_pss = 0
+        self.split: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
+    def _sample(self) -> None:
+        rss, split = 0, {}
+        for member in process_tree(self.pid):
+            sizes = _rss_and_pss(member)
+            if sizes is not None:
+                kind = "instance process" if member == self.pid else _kind(member)
+                rss += sizes[0]
+                split[kind] = split.get(kind, 0) + sizes[1]
+        self.peak = max(self.peak, rss)
+        if sum(split.values()) > self.peak_pss:
+            self.peak_pss, self.split = sum(split.values()), split
+
     def _run(self) -> None:
         while True:
-            self.peak = max(self.peak, rss_bytes(self.pid))
-            self.peak_pss = max(self.peak_pss, pss_bytes(self.pid))
+            self._sample()
             if self._stop.wait(self.interval):
                 return
 

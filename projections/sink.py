@@ -1,6 +1,8 @@
 """The Spark streaming sink that folds records into per-partition RocksDB stores.
 
-For each Kafka partition in a task, in offset order: skip records at or below the offset stored
+For each Kafka partition in a task, in offset order and in chunks of up to
+:data:`FOLD_CHUNK_RECORDS` records as they arrive (so a rebuild's large micro-batches need no
+more memory than small ones): skip records at or below the offset stored
 with the state (a replayed micro-batch applies nothing twice), fold the rest, send every changed
 key's new value to the store's compacted changelog (a tombstone for a delete) and wait for the
 acks, then commit values and the source offset in one RocksDB write batch. A crash between the
@@ -13,12 +15,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Producer
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from foldstream.changelog import BATCH_END_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain.records import EventRecord
@@ -26,7 +26,7 @@ from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import decode_headers
-from foldstream.projections.worker import gc_paused
+from foldstream.projections.worker import arrow_without_pandas, gc_paused
 from foldstream.state import PartitionWriter
 from foldstream.state.host import PartitionClosed, RemotePartition
 
@@ -49,50 +49,78 @@ def _producer(bootstrap: str) -> Producer:
     return producer
 
 
-@dataclass
-class FoldResult(WriterCommitMessage):
-    """What one task applied: ``{partition: (records applied, last offset)}``."""
-
-    applied: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-
 Records = list[tuple[int, EventRecord]]
 """``(offset, record)`` pairs of one Kafka partition."""
 
 
-def records_by_partition(batches: Iterable[pa.RecordBatch]) -> dict[int, Records]:
-    """The records of Arrow batches of the source's schema, split by Kafka partition (Spark may
-    merge batches of several partitions) and put in offset order.
+#: Records of one partition that a task folds and commits together. A micro-batch is folded in
+#: such chunks as its Arrow batches arrive, so a task's memory (records, changed values, queued
+#: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's.
+FOLD_CHUNK_RECORDS = 20_000
+
+
+def _split_by_partition(batch: pa.RecordBatch) -> dict[int, Records]:
+    """The records of one Arrow batch of the source's schema, by Kafka partition.
 
     Column by column: ``RecordBatch.to_pylist`` builds a dict per row and costs more than the
     fold itself.
     """
+    partitions = batch.column("partition").to_pylist()
+    records = list(
+        zip(
+            batch.column("offset").to_pylist(),
+            map(
+                EventRecord,
+                batch.column("key").to_pylist(),
+                batch.column("value").to_pylist(),
+                map(decode_headers, batch.column("headers").to_pylist()),
+            ),
+            strict=True,
+        )
+    )
+    if partitions[0] == partitions[-1] and len(set(partitions)) == 1:
+        return {partitions[0]: records}
     found: dict[int, Records] = {}
+    for partition, record in zip(partitions, records, strict=True):
+        found.setdefault(partition, []).append(record)
+    return found
+
+
+def partition_chunks(
+    batches: Iterable[pa.RecordBatch], chunk_records: int = FOLD_CHUNK_RECORDS
+) -> Iterator[tuple[int, Records]]:
+    """The records of Arrow batches of the source's schema as ``(partition, records)`` chunks
+    in offset order: a chunk is yielded once it holds ``chunk_records`` records, the rest of
+    each partition at the end (Spark may merge batches of several partitions).
+
+    A partition's chunks must come in offset order, as the source reads them: a record at or
+    below an offset already yielded raises, because the fold would skip it as applied.
+    """
+    pending: dict[int, Records] = {}
+    yielded: dict[int, int] = {}
+
+    def ordered(partition: int) -> Records:
+        records = pending.pop(partition)
+        records.sort(key=_offset)
+        first, last = records[0][0], records[-1][0]
+        if first <= yielded.get(partition, -1):
+            raise RuntimeError(
+                f"partition {partition}: offset {first} arrived after offset "
+                f"{yielded[partition]} was folded; the source must read in offset order"
+            )
+        yielded[partition] = last
+        return records
+
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        partitions = batch.column("partition").to_pylist()
-        offsets = batch.column("offset").to_pylist()
-        records = list(
-            zip(
-                offsets,
-                map(
-                    EventRecord,
-                    batch.column("key").to_pylist(),
-                    batch.column("value").to_pylist(),
-                    map(decode_headers, batch.column("headers").to_pylist()),
-                ),
-                strict=True,
-            )
-        )
-        if partitions[0] == partitions[-1] and len(set(partitions)) == 1:
-            found.setdefault(partitions[0], []).extend(records)
-        else:
-            for partition, record in zip(partitions, records, strict=True):
-                found.setdefault(partition, []).append(record)
-    for records in found.values():
-        records.sort(key=_offset)
-    return found
+        for partition, records in _split_by_partition(batch).items():
+            held = pending.setdefault(partition, [])
+            held.extend(records)
+            if len(held) >= chunk_records:
+                yield partition, ordered(partition)
+    for partition in sorted(pending):
+        yield partition, ordered(partition)
 
 
 def _offset(item: tuple[int, EventRecord]) -> int:
@@ -157,54 +185,39 @@ def fold_partition(
     return len(fresh), last_offset
 
 
-class StoreStreamWriter(DataSourceStreamArrowWriter):
-    """Executor side of :class:`StoreSink`."""
+def fold_task(
+    options: dict[str, str], batches: Iterator[pa.RecordBatch]
+) -> dict[int, tuple[int, int]]:
+    """Fold one Spark task's records (see the module docstring) with the options of
+    :class:`~foldstream.projections.datasources.StoreSink`; returns ``{partition: (records
+    applied, last offset)}``."""
+    from foldstream.service import load_service
 
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> FoldResult:
-        from foldstream.service import load_service
-
-        store = self.options["store"]
-        projection = load_service(self.options["service"]).projection(store)
-        host, authkey = self.options["store_host"], bytes.fromhex(self.options["store_token"])
-        changelog_topic = self.options.get("changelog_topic")
-        result = FoldResult()
-        producer = _producer(self.options["bootstrap"]) if changelog_topic else None
-        with gc_paused():
-            for partition, records in sorted(records_by_partition(iterator).items()):
-                changelog = (
-                    (producer, changelog_topic, partition) if producer and changelog_topic else None
-                )
-                try:
-                    keys = list(dict.fromkeys(record.key for _, record in records))
-                    writer = RemotePartition(host, authkey, store, partition, keys)
-                    done = fold_partition(projection, writer, records, changelog)
-                except PartitionClosed:
-                    # Moved to another instance since the batch was planned: leave it to the new
-                    # owner, which resumes from the offset stored with the state.
-                    continue
-                if done is not None:
-                    result.applied[partition] = done
-        return result
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: each task committed its partitions with their offsets."""
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: committed partitions are consistent, the rest is replayed."""
-
-
-class StoreSink(DataSource):
-    """``writeStream.format("foldstream-store")`` with options ``service`` (import path),
-    ``store``, ``store_host`` and ``store_token`` (the :class:`~foldstream.state.host.StoreHost`
-    holding its partitions: address and hex key; "token" so that Spark redacts it), ``bootstrap``
-    and ``changelog_topic``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "foldstream-store"
-
-    def streamWriter(self, schema: Any, overwrite: bool) -> StoreStreamWriter:
-        return StoreStreamWriter(dict(self.options))
+    arrow_without_pandas()  # pyspark wraps the task's result in an Arrow array
+    store = options["store"]
+    projection = load_service(options["service"]).projection(store)
+    host, authkey = options["store_host"], bytes.fromhex(options["store_token"])
+    changelog_topic = options.get("changelog_topic")
+    producer = _producer(options["bootstrap"]) if changelog_topic else None
+    applied: dict[int, tuple[int, int]] = {}
+    moved: set[int] = set()
+    with gc_paused():
+        for partition, records in partition_chunks(batches):
+            if partition in moved:
+                continue
+            changelog = (
+                (producer, changelog_topic, partition) if producer and changelog_topic else None
+            )
+            try:
+                keys = list(dict.fromkeys(record.key for _, record in records))
+                writer = RemotePartition(host, authkey, store, partition, keys)
+                done = fold_partition(projection, writer, records, changelog)
+            except PartitionClosed:
+                # Moved to another instance since the batch was planned: leave it to the new
+                # owner, which resumes from the offset stored with the state.
+                moved.add(partition)
+                continue
+            if done is not None:
+                count, offset = done
+                applied[partition] = (applied.get(partition, (0, offset))[0] + count, offset)
+    return applied

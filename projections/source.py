@@ -21,15 +21,15 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
 from foldstream.offsets import EndOffsets
-from foldstream.projections.worker import gc_paused
+from foldstream.projections.worker import arrow_without_pandas, gc_paused
 
-SCHEMA = "partition INT, offset BIGINT, key BINARY, value BINARY, headers BINARY"
+#: :data:`~foldstream.projections.datasources.SCHEMA` in Arrow types.
 ARROW_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
@@ -55,8 +55,9 @@ def _consumer(bootstrap: str, fetch_wait_max_ms: int) -> Consumer:
             consumer_config(
                 bootstrap,
                 fetch_wait_max_ms=fetch_wait_max_ms,
-                # librdkafka prefetches up to 64 MB per consumer by default: RSS of every reader.
-                **{"queued.max.messages.kbytes": 16384},
+                # librdkafka prefetches up to 64 MB per consumer by default; a few fetches ahead
+                # keep a reader busy, and the rest would be memory of every Python worker.
+                **{"queued.max.messages.kbytes": 4096},
             )
         )
         _consumers[bootstrap] = consumer
@@ -136,6 +137,7 @@ def read_ranges(
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``spans`` as Arrow batches of :data:`ARROW_SCHEMA`, each partition's in
     offset order (one consumer fetches all the spans' partitions at once)."""
+    arrow_without_pandas()
     consumer = _consumer(bootstrap, fetch_wait_max_ms)
     ends = {s.partition: s.end for s in spans if s.size > 0}
     positions = {s.partition: s.start for s in spans if s.size > 0}
@@ -181,7 +183,8 @@ def read_ranges(
 
 
 class KafkaStreamReader(DataSourceStreamReader):
-    """Driver and executor sides of the source. Options: see :class:`KafkaSource`.
+    """Driver and executor sides of the source. Options: see
+    :class:`~foldstream.projections.datasources.KafkaSource`.
 
     The partitions read are the ones listed in the ``owned`` file at the start of each
     micro-batch, with the offset to start from when a partition is new to the stream. The
@@ -193,7 +196,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.topic = options["topic"]
         self.partitions_ = [int(p) for p in options["partitions"].split(",")]
         self.owned_path = Path(options["owned"])
-        # Bounds a micro-batch: a writer holds its task's records in memory (≈0.7 KB each).
+        # Bounds a micro-batch, and so the work a failed task retries.
         self.max_records = int(options.get("max_records_per_partition", "100000"))
         self.tasks = int(options.get("tasks", "2"))
         self.single_task_records = int(options.get("single_task_records", "5000"))
@@ -303,20 +306,3 @@ def write_owned(path: Path, owned: dict[int, int]) -> None:
     scratch = path.with_suffix(".tmp")
     scratch.write_text(json.dumps({str(p): o for p, o in sorted(owned.items())}))
     os.replace(scratch, path)
-
-
-class KafkaSource(DataSource):
-    """``spark.readStream.format("foldstream-kafka")`` with options ``bootstrap``, ``topic``,
-    ``partitions`` (all of the topic's, comma-separated), ``owned`` (the path of the file
-    naming the partitions to read, see :func:`write_owned`) and optionally
-    ``max_records_per_partition``, ``fetch_wait_max_ms``, ``tasks`` and ``single_task_records``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "foldstream-kafka"
-
-    def schema(self) -> str:
-        return SCHEMA
-
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return KafkaStreamReader(dict(self.options))

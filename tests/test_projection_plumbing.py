@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pyarrow as pa
+import pytest
 from eventsourcing.persistence import StoredEvent
 
 from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
-from foldstream.projections.sink import records_by_partition
+from foldstream.projections.sink import partition_chunks
 from foldstream.projections.source import (
     ARROW_SCHEMA,
     KafkaRange,
@@ -33,9 +37,8 @@ def test_headers_travel_as_one_binary_value() -> None:
     assert encode_headers([]) is None and decode_headers(None) == ()
 
 
-def test_records_are_split_by_partition_in_offset_order() -> None:
-    rows = [(1, 7), (0, 3), (1, 5), (0, 4)]
-    batch = pa.RecordBatch.from_pylist(
+def _batch(rows: list[tuple[int, int]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
         [
             {
                 "partition": p,
@@ -48,10 +51,29 @@ def test_records_are_split_by_partition_in_offset_order() -> None:
         ],
         schema=ARROW_SCHEMA,
     )
-    found = records_by_partition([batch])
+
+
+def test_records_are_split_by_partition_in_offset_order() -> None:
+    found = dict(partition_chunks([_batch([(1, 7), (0, 3), (1, 5), (0, 4)])]))
     assert {p: [o for o, _ in r] for p, r in found.items()} == {0: [3, 4], 1: [5, 7]}
     offset, record = found[1][0]
     assert (record.key, record.value, record.headers) == (b"k5", b"v", (("n", b"5"),))
+
+
+def test_large_batches_are_folded_in_chunks_as_they_arrive() -> None:
+    batches = [_batch([(0, 1), (1, 1), (0, 2)]), _batch([(0, 3), (1, 2)]), _batch([(1, 3)])]
+    seen: list[tuple[int, list[int]]] = []
+    for partition, records in partition_chunks(iter(batches), chunk_records=2):
+        seen.append((partition, [o for o, _ in records]))
+    # Partition 0 reached two records in the first batch, partition 1 in the second.
+    assert seen == [(0, [1, 2]), (1, [1, 2]), (0, [3]), (1, [3])]
+
+
+def test_a_record_behind_a_folded_chunk_is_an_error() -> None:
+    chunks = partition_chunks([_batch([(0, 5), (0, 6)]), _batch([(0, 4)])], chunk_records=2)
+    assert next(chunks)[1][-1][0] == 6
+    with pytest.raises(RuntimeError, match="offset 4 arrived after offset 6"):
+        next(chunks)
 
 
 def test_fast_decode_matches_the_eventsourcing_mapper() -> None:
@@ -70,3 +92,25 @@ def test_fast_decode_matches_the_eventsourcing_mapper() -> None:
         expected = codec._mapper.to_domain_event(stored)
         decoded = codec.decode(record)
         assert type(decoded) is type(expected) and vars(decoded) == vars(expected)
+
+
+def test_arrow_batches_are_built_without_importing_pandas() -> None:
+    probe = (
+        "import sys, pyarrow as pa\n"
+        "from foldstream.projections.worker import arrow_without_pandas\n"
+        "arrow_without_pandas()\n"
+        "pa.array([b'key', None])\n"
+        "assert 'pandas' not in sys.modules, 'pyarrow imported pandas'\n"
+        "assert pa.table({'a': [1]}).to_pandas()['a'].tolist() == [1]\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
+def test_spark_planning_workers_do_not_load_pyarrow() -> None:
+    probe = (
+        "import sys\n"
+        "import foldstream.projections.datasources\n"
+        "loaded = {'pyarrow', 'numpy', 'pandas'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
