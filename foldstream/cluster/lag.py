@@ -86,6 +86,13 @@ class LagMeter:
         return partition_lag(lag, self.stores, topic, partition)
 
 
+def unmeasured(active: Iterable[str], lag: Mapping[str, int]) -> list[str]:
+    """The ``active`` copies (``"<store>/<partition>"``) without a figure in ``lag``: their
+    source partition's end is not known yet (:class:`~foldstream.offsets.EndOffsets` learns it
+    by reading to the end once), so nothing can be said about them being caught up."""
+    return sorted(set(active) - lag.keys())
+
+
 def partition_lag(
     lag: Mapping[str, int], stores: Mapping[str, StoreLayout], topic: str, partition: int
 ) -> int | None:

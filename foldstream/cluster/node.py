@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from foldstream.changelog import StandbyReplicas, StoreLayout, restore
 from foldstream.cluster.assignment import Assignment, plan
-from foldstream.cluster.lag import LagMeter, partition_lag
+from foldstream.cluster.lag import LagMeter, partition_lag, unmeasured
 from foldstream.cluster.map import ClusterMap, MemberState
 from foldstream.errors import PartitionFenced
 from foldstream.offsets import EndOffsets
@@ -520,6 +520,9 @@ class ClusterNode:
                 return False, {"reason": f"replaying partitions {replaying} for commands"}
         active = {f"{store}/{p}" for store, p in self._store_keys(serving)}
         lag = {k: v for k, v in self.lag.measure(serving).items() if k in active}
+        unknown = unmeasured(active, lag)
+        if unknown:
+            return False, {"reason": f"end offsets not known yet for {unknown}", "lag": lag}
         return all(v == 0 for v in lag.values()), {"lag": lag, "instance": self.member_id}
 
 
