@@ -165,9 +165,10 @@ class PeakRss:
                 kind = "instance process" if member == self.pid else _kind(member)
                 rss += sizes[0]
                 split[kind] = split.get(kind, 0) + sizes[1]
+        pss = sum(split.values())
         self.peak = max(self.peak, rss)
-        if sum(split.values()) > self.peak_pss:
-            self.peak_pss, self.split = sum(split.values()), split
+        if pss > self.peak_pss:
+            self.peak_pss, self.split = pss, split
 
     def _run(self) -> None:
         while True:
