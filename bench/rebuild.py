@@ -63,7 +63,7 @@ def spark_rebuild(
     host = StoreHost(state_dir=settings.state_dir)
     host.start()
     for partition in range(partitions):
-        host.open(STORE, partition, identity=f"{settings.events_topic}/{partition}")
+        host.open(STORE, partition, identity=f"{settings.events_topic}/{partition}", epoch=1)
     runner = ProjectionRunner(
         spark=spark,
         settings=settings,

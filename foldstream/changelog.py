@@ -4,6 +4,11 @@ Every changelog record carries the source offset its value reflects (header
 :data:`SOURCE_OFFSET_HEADER`). Applying changelog records therefore moves a local copy's values,
 its source offset and its changelog offset together, in one write batch: a copy that becomes
 active resumes the projection from exactly the source offset its values reflect.
+
+Every record also carries the epoch of its writer's hold on the partition
+(:data:`EPOCH_HEADER`): a new owner writes with an epoch above every earlier owner's, so the
+records of a previous owner that goes on writing after losing the partition (a long pause: a
+"zombie") are recognised and ignored instead of mixing into the copies.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from foldstream.state import RocksDBWriter, partition_path
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"
 BATCH_END_HEADER = "foldstream-batch-end"
+EPOCH_HEADER = "foldstream-epoch"
 log = logging.getLogger(__name__)
 
 
@@ -44,12 +50,19 @@ class ChangelogFollower:
     of a batch that never closed (its writer died mid-batch) are dropped when the next batch
     starts, so a copy never holds values ahead of the source offset it records. Records at or
     below the copy's changelog offset are skipped, so re-reading is harmless.
+
+    Fencing: records of an epoch below the newest one seen (kept with the copy) are ignored,
+    and a closed batch whose source offset the copy has already reached only moves its
+    changelog offset: a previous owner's late writes can neither interrupt the current
+    owner's batches nor take the copy's values back to an older source offset.
     """
 
     def __init__(self, writer: RocksDBWriter) -> None:
         self.writer = writer
         self._pending: list[Any] = []
         self._batch: bytes | None = None
+        self._epoch = writer.changelog_epoch()
+        self.fenced = 0  # records ignored as a previous owner's
 
     def feed(self, messages: Iterable[Any]) -> int:
         """Apply every closed batch in ``messages``; returns records applied."""
@@ -59,20 +72,34 @@ class ChangelogFollower:
             if done is not None and message.offset() <= done:
                 continue
             headers = dict(message.headers() or ())
+            epoch = int(headers.get(EPOCH_HEADER, 0))
+            if epoch < self._epoch:
+                self.fenced += 1
+                continue
             batch = headers.get(SOURCE_OFFSET_HEADER)
-            if batch != self._batch:
+            if epoch > self._epoch or batch != self._batch:
                 self._pending.clear()
-                self._batch = batch
+                self._epoch, self._batch = epoch, batch
             self._pending.append(message)
             if BATCH_END_HEADER in headers and batch is not None:
-                for record in self._pending:
-                    if record.value() is None:
-                        self.writer.delete(record.key())
-                    else:
-                        self.writer.put(record.key(), record.value())
-                self.writer.commit(int(batch), changelog_offset=message.offset())
-                applied += len(self._pending)
-                self._pending.clear()
+                applied += self._apply(int(batch), message.offset())
+        return applied
+
+    def _apply(self, source_offset: int, changelog_offset: int) -> int:
+        reached = self.writer.applied_offset()
+        stale = reached is not None and source_offset <= reached
+        if not stale:
+            for record in self._pending:
+                if record.value() is None:
+                    self.writer.delete(record.key())
+                else:
+                    self.writer.put(record.key(), record.value())
+            reached = source_offset
+        # A stale batch (values older than the copy's) only moves the changelog offset.
+        assert reached is not None
+        self.writer.commit(reached, changelog_offset=changelog_offset, changelog_epoch=self._epoch)
+        applied = 0 if stale else len(self._pending)
+        self._pending.clear()
         return applied
 
 

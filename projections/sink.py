@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from confluent_kafka import Producer
 
-from foldstream.changelog import BATCH_END_HEADER, SOURCE_OFFSET_HEADER
+from foldstream.changelog import BATCH_END_HEADER, EPOCH_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
@@ -51,6 +51,16 @@ def _producer(bootstrap: str) -> Producer:
 
 Records = list[tuple[int, EventRecord]]
 """``(offset, record)`` pairs of one Kafka partition."""
+
+
+class ChangelogTarget(NamedTuple):
+    """Where a partition's changed values go: its changelog ``partition`` of ``topic``, each
+    record stamped with ``epoch``, the epoch of the instance's hold of the partition."""
+
+    producer: Producer
+    topic: str
+    partition: int
+    epoch: int
 
 
 #: Records of one partition that a task folds and commits together. A micro-batch is folded in
@@ -131,7 +141,7 @@ def fold_partition(
     projection: Projection,
     writer: PartitionWriter,
     records: Records,
-    changelog: tuple[Producer, str, int] | None,
+    changelog: ChangelogTarget | None,
 ) -> tuple[int, int] | None:
     """Fold ``records`` (one partition, offset order) into ``writer``; returns (applied, offset)."""
     applied_offset = writer.applied_offset()
@@ -152,10 +162,13 @@ def fold_partition(
     last_offset = fresh[-1][0]
     changelog_offset = None
     if changelog is not None:
-        producer, topic, partition = changelog
+        producer, topic, partition, epoch = changelog
         errors: list[str] = []
         landed: list[int] = []
-        headers = [(SOURCE_OFFSET_HEADER, str(last_offset).encode())]
+        headers = [
+            (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
+            (EPOCH_HEADER, str(epoch).encode()),
+        ]
         # The last record closes the batch: a copy applies a batch only once it has all of it.
         closing = [*headers, (BATCH_END_HEADER, b"1")]
         last_key = next(reversed(changed))
@@ -205,12 +218,14 @@ def fold_task(
         for partition, records in partition_chunks(batches):
             if partition in moved:
                 continue
-            changelog = (
-                (producer, changelog_topic, partition) if producer and changelog_topic else None
-            )
             try:
                 keys = list(dict.fromkeys(record.key for _, record in records))
                 writer = RemotePartition(host, authkey, store, partition, keys)
+                changelog = (
+                    ChangelogTarget(producer, changelog_topic, partition, writer.epoch)
+                    if producer and changelog_topic
+                    else None
+                )
                 done = fold_partition(projection, writer, records, changelog)
             except PartitionClosed:
                 # Moved to another instance since the batch was planned: leave it to the new

@@ -101,10 +101,12 @@ class StoreReaders:
         """The first source offset not yet in the active copy, freshly read."""
         return self._active(store, partition, _fresh_next_offset)
 
-    def hold(self, store: str, partition: int, *, identity: str) -> None:
-        """Have ``host`` hold the partition open: this instance writes and serves it now."""
-        if self._host is not None:
-            self._host.open(store, partition, identity=identity)
+    def hold(self, store: str, partition: int, *, identity: str, epoch: int) -> int:
+        """Have ``host`` hold the partition open: this instance writes and serves it now.
+        Returns the epoch its changelog records carry (see :meth:`StoreHost.open`)."""
+        if self._host is None:
+            return epoch
+        return self._host.open(store, partition, identity=identity, epoch=epoch)
 
     def holds(self, store: str, partition: int) -> bool:
         return self._host is not None and self._host.partition(store, partition) is not None

@@ -20,7 +20,7 @@ from foldstream.state.host import PartitionClosed, RemotePartition, StoreHost
 def host(tmp_path: Path) -> Iterator[StoreHost]:
     host = StoreHost(state_dir=tmp_path)
     host.start()
-    host.open("kv", 0, identity="t/0")
+    host.open("kv", 0, identity="t/0", epoch=1)
     yield host
     host.stop()
 
@@ -69,7 +69,7 @@ def test_a_client_without_the_key_is_turned_away(host: StoreHost) -> None:
 def test_a_partition_of_another_topic_is_not_opened(host: StoreHost) -> None:
     host.close([("kv", 0)])
     with pytest.raises(StateCorrupted):
-        host.open("kv", 0, identity="other/0")
+        host.open("kv", 0, identity="other/0", epoch=1)
 
 
 def test_lookups_see_a_commit_at_once_and_a_closed_partition_from_disk(host: StoreHost) -> None:
@@ -94,7 +94,7 @@ def test_a_task_that_outlived_its_partition_cannot_overwrite_newer_state(host: S
     stale = remote(host, [b"a"])
     stale.put(b"a", b"stale")
     host.close([("kv", 0)])  # moved away and back: restored with newer state, held again
-    host.open("kv", 0, identity="t/0")
+    host.open("kv", 0, identity="t/0", epoch=1)
     newer = remote(host, [b"a"])
     newer.put(b"a", b"new")
     newer.commit(5)
@@ -113,3 +113,18 @@ def test_of_two_tasks_that_read_the_same_state_only_the_first_writes(host: Store
     second.put(b"a", b"1")
     with pytest.raises(PartitionClosed):
         second.commit(0)
+
+
+def test_a_hold_writes_above_every_epoch_its_copy_has_seen(host: StoreHost) -> None:
+    task = remote(host, [b"a"])
+    assert task.epoch == 1
+    task.put(b"a", b"1")
+    task.commit(0, changelog_offset=0)
+    held = host.partition("kv", 0)
+    assert held is not None
+    host.close([("kv", 0)])  # e.g. moved away: the copy keeps the epoch of its last write
+    assert host.open("kv", 0, identity="t/0", epoch=1) == 2
+    assert remote(host, [b"a"]).epoch == 2
+    assert host.open("kv", 0, identity="t/0", epoch=9) == 2  # already held: unchanged
+    host.close([("kv", 0)])
+    assert host.open("kv", 0, identity="t/0", epoch=9) == 9

@@ -244,6 +244,8 @@ class ClusterNode:
         fresh = [key for key in keys if not self.readers.holds(*key)]
         restored = 0
         held: list[tuple[str, int]] = []
+        with self._lock:
+            epoch = self._epoch
         try:
             for store, partition in fresh:
                 restored += restore(
@@ -254,12 +256,18 @@ class ClusterNode:
                     partition=partition,
                     fetch_wait_max_ms=self.settings.fetch_wait_max_ms,
                 )
-                self.readers.hold(store, partition, identity=self.stores[store].identity(partition))
+                identity = self.stores[store].identity(partition)
+                # Above every epoch its changelog holds, and published below before any write:
+                # the next owner's epoch is then above this one's, which fences our records.
+                epoch = max(
+                    epoch, self.readers.hold(store, partition, identity=identity, epoch=epoch)
+                )
                 held.append((store, partition))
         except BaseException:
             self.readers.release(held)
             raise
         with self._lock:
+            self._epoch = max(self._epoch, epoch)
             # A partition released meanwhile is in neither set (one taken again after a
             # failed transaction is still serving).
             still_owned = gained & (self._restoring | self._serving)

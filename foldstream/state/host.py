@@ -71,12 +71,14 @@ class HeldPartition(PartitionReader):
     exclude other tasks', and a write is refused unless the partition is still the one held
     when the task read it (:attr:`token`) at the offset it read: a task that outlived its
     partition's move cannot overwrite newer state. :meth:`close` waits for reads and writes
-    under way.
+    under way. :attr:`epoch` stamps the changelog records the tasks write (see
+    :class:`~foldstream.changelog.ChangelogFollower`).
     """
 
-    def __init__(self, writer: RocksDBWriter, name: str) -> None:
+    def __init__(self, writer: RocksDBWriter, name: str, epoch: int) -> None:
         self._writer: RocksDBWriter | None = writer
         self._name = name
+        self.epoch = epoch
         self._users = 0
         self._state = threading.Condition()
         self._writing = threading.Lock()
@@ -116,14 +118,14 @@ class HeldPartition(PartitionReader):
     def changelog_offset(self) -> int | None:
         return self._use(RocksDBWriter.changelog_offset)
 
-    def read(self, keys: list[bytes]) -> tuple[str, int | None, list[bytes | None]]:
-        """:attr:`token`, the applied source offset and the values of ``keys``."""
+    def read(self, keys: list[bytes]) -> tuple[str, int, int | None, list[bytes | None]]:
+        """:attr:`token`, :attr:`epoch`, the applied source offset and the values of ``keys``."""
 
-        def read_all(writer: RocksDBWriter) -> tuple[str, int | None, list[bytes | None]]:
+        def read_all(writer: RocksDBWriter) -> tuple[str, int, int | None, list[bytes | None]]:
             values: list[bytes | None] = []
             for start in range(0, len(keys), READ_CHUNK):
                 values += writer.get_many(keys[start : start + READ_CHUNK])
-            return self.token, writer.applied_offset(), values
+            return self.token, self.epoch, writer.applied_offset(), values
 
         with self._writing:
             return self._use(read_all)
@@ -141,7 +143,12 @@ class HeldPartition(PartitionReader):
         def write_if_unchanged(writer: RocksDBWriter) -> None:
             if token != self.token or writer.applied_offset() != read_offset:
                 raise PartitionClosed(f"{self._name} was written or moved since it was read")
-            writer.write(changes, offset, changelog_offset=changelog_offset)
+            writer.write(
+                changes,
+                offset,
+                changelog_offset=changelog_offset,
+                changelog_epoch=None if changelog_offset is None else self.epoch,
+            )
 
         with self._writing:
             self._use(write_if_unchanged)
@@ -191,12 +198,16 @@ class StoreHost:
         self.address = f"{bound_host}:{port}"
         threading.Thread(target=self._accept, name="store-host", daemon=True).start()
 
-    def open(self, store: str, partition: int, *, identity: str, wait_s: float = 60.0) -> None:
-        """Hold ``(store, partition)`` open (no-op if it is). Waits while a previous writer,
-        e.g. of an instance that was just killed, still holds the RocksDB lock."""
+    def open(
+        self, store: str, partition: int, *, identity: str, epoch: int, wait_s: float = 60.0
+    ) -> int:
+        """Hold ``(store, partition)`` open (no-op if it is) and return the epoch its changelog
+        records are written with: ``epoch``, or above the newest epoch the copy has seen in the
+        changelog. Waits while a previous writer, e.g. of an instance that was just killed,
+        still holds the RocksDB lock."""
         with self._lock:
             if (store, partition) in self._held:
-                return
+                return self._held[(store, partition)].epoch
             path = partition_path(self.state_dir, store, partition)
             for attempt in Retrying(
                 stop=stop_after_delay(wait_s),
@@ -206,7 +217,9 @@ class StoreHost:
             ):
                 with attempt:
                     writer = RocksDBWriter(path, identity=identity)
-            self._held[(store, partition)] = HeldPartition(writer, f"{store}/{partition}")
+            epoch = max(epoch, writer.changelog_epoch() + 1)
+            self._held[(store, partition)] = HeldPartition(writer, f"{store}/{partition}", epoch)
+            return epoch
 
     def close(self, keys: Iterable[StoreKey]) -> None:
         """Stop holding ``keys`` (flushed and closed once reads and writes under way end)."""
@@ -349,8 +362,12 @@ class RemotePartition(PartitionWriter):
     ) -> None:
         self._call = (address, authkey)
         self._target = (store, partition)
-        token, applied, values = call_host(address, authkey, ("read", store, partition, keys))
+        token, epoch, applied, values = call_host(
+            address, authkey, ("read", store, partition, keys)
+        )
         self._token: str = token
+        #: The epoch of the hold: every changelog record of this partition carries it.
+        self.epoch: int = epoch
         self._applied: int | None = applied
         self._values: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))
         self._changes: dict[bytes, bytes | None] = {}
@@ -359,7 +376,7 @@ class RemotePartition(PartitionWriter):
         if key in self._changes:
             return self._changes[key]
         if key not in self._values:
-            token, applied, (value,) = call_host(*self._call, ("read", *self._target, [key]))
+            token, _, applied, (value,) = call_host(*self._call, ("read", *self._target, [key]))
             if (token, applied) != (self._token, self._applied):
                 raise PartitionClosed(f"{self._target} was written or moved since it was read")
             self._values[key] = value

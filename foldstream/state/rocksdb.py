@@ -19,6 +19,7 @@ from foldstream.state.base import PartitionReader, PartitionWriter
 META_CF = "__foldstream__"
 _OFFSET = b"source-offset"
 _CHANGELOG_OFFSET = b"changelog-offset"
+_CHANGELOG_EPOCH = b"changelog-epoch"
 _IDENTITY = b"identity"
 _DELETED = object()
 log = logging.getLogger(__name__)
@@ -73,6 +74,11 @@ class _RocksDBPartition(PartitionReader):
         raw = self._meta.get(_CHANGELOG_OFFSET)
         return None if raw is None else int(raw)
 
+    def changelog_epoch(self) -> int:
+        """The newest changelog writer epoch the state reflects (0: none seen)."""
+        raw = self._meta.get(_CHANGELOG_EPOCH)
+        return 0 if raw is None else int(raw)
+
     def close(self) -> None:
         # Column family objects keep the DB (and its lock) alive until they are dropped too.
         self.__dict__.pop("_meta", None)
@@ -113,9 +119,20 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
     def delete(self, key: bytes) -> None:
         self._pending[key] = _DELETED
 
-    def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
+    def commit(
+        self,
+        offset: int,
+        *,
+        changelog_offset: int | None = None,
+        changelog_epoch: int | None = None,
+    ) -> None:
         changes = {k: (None if v is _DELETED else v) for k, v in self._pending.items()}
-        self.write(changes, offset, changelog_offset=changelog_offset)  # type: ignore[arg-type]
+        self.write(
+            changes,  # type: ignore[arg-type]
+            offset,
+            changelog_offset=changelog_offset,
+            changelog_epoch=changelog_epoch,
+        )
         self._pending.clear()
 
     def write(
@@ -124,9 +141,11 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         offset: int,
         *,
         changelog_offset: int | None = None,
+        changelog_epoch: int | None = None,
     ) -> None:
-        """Write ``changes`` (None deletes), ``offset`` and ``changelog_offset`` in one batch,
-        bypassing the buffer of :meth:`put` and :meth:`delete`."""
+        """Write ``changes`` (None deletes), ``offset``, ``changelog_offset`` and
+        ``changelog_epoch`` in one batch, bypassing the buffer of :meth:`put` and
+        :meth:`delete`."""
         batch = WriteBatch(raw_mode=True)
         for key, value in changes.items():
             if value is None:
@@ -134,8 +153,12 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
             else:
                 batch.put(key, value)
         batch.put(_OFFSET, str(offset).encode(), self._meta_handle)
-        if changelog_offset is not None:
-            batch.put(_CHANGELOG_OFFSET, str(changelog_offset).encode(), self._meta_handle)
+        for name, number in (
+            (_CHANGELOG_OFFSET, changelog_offset),
+            (_CHANGELOG_EPOCH, changelog_epoch),
+        ):
+            if number is not None:
+                batch.put(name, str(number).encode(), self._meta_handle)
         self._db.write(batch)
 
     def close(self) -> None:

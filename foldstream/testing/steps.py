@@ -55,6 +55,7 @@ from pytest_bdd import given, parsers, then, when
 
 from foldstream import process
 from foldstream.broker import EmbeddedBroker
+from foldstream.changelog import EPOCH_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain import Aggregate, EventCodec
 from foldstream.kafka import (
     Partitioner,
@@ -453,7 +454,7 @@ def store_is_plain_fold(instance: InstanceProcess, store: str) -> None:
 @then(parsers.parse('the changelog of store "{store}" holds the served value of every key'))
 def changelog_matches(instance: InstanceProcess, store: str) -> None:
     """The compacted changelog's latest value per key, in the key's partition and stamped with
-    its source offset, is what the store serves."""
+    its source offset and its writer's epoch, is what the store serves."""
     projection, _, partitions = _source(instance, store)
     _, settings = service_of(instance)
     changelog = settings.changelog_topic(store)
@@ -465,7 +466,9 @@ def changelog_matches(instance: InstanceProcess, store: str) -> None:
             for message in batch:
                 key = message.key()
                 assert message.partition() == partition_for(key, partitions, projection.partitioner)
-                assert any(n == "foldstream-source-offset" for n, _ in message.headers() or ())
+                headers = dict(message.headers() or ())
+                assert SOURCE_OFFSET_HEADER in headers
+                assert int(headers[EPOCH_HEADER]) >= 1
                 latest[key] = message.value()
         assert latest, f"{changelog} is empty"
         mismatched.clear()

@@ -1,0 +1,105 @@
+"""Copies of a store partition follow its changelog: whole batches, fenced by writer epoch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from foldstream.broker import EmbeddedBroker
+from foldstream.changelog import (
+    BATCH_END_HEADER,
+    EPOCH_HEADER,
+    SOURCE_OFFSET_HEADER,
+    StoreLayout,
+    open_copy,
+    restore,
+)
+from foldstream.kafka import TopicSpec, ensure_topics, producer_config
+
+Record = tuple[int, int, bytes, bytes, bool]
+"""(writer epoch, source offset, key, value, closes its batch)"""
+
+
+def _send(bootstrap: str, topic: str, records: list[Record]) -> None:
+    producer = Producer(producer_config(bootstrap))
+    for epoch, source_offset, key, value, closes in records:
+        headers = [
+            (SOURCE_OFFSET_HEADER, str(source_offset).encode()),
+            (EPOCH_HEADER, str(epoch).encode()),
+        ]
+        if closes:
+            headers.append((BATCH_END_HEADER, b"1"))
+        producer.produce(topic, key=key, value=value, partition=0, headers=headers)
+    assert producer.flush(30) == 0
+
+
+def _copy(state_dir: Path, layout: StoreLayout) -> tuple[dict[bytes, bytes | None], int | None]:
+    writer = open_copy(state_dir, "s", layout, 0)
+    try:
+        values = {key: writer.get(key) for key in (b"a", b"b", b"c")}
+        return values, writer.applied_offset()
+    finally:
+        writer.close()
+
+
+def _restore(bootstrap: str, state_dir: Path, layout: StoreLayout) -> int:
+    return restore(bootstrap=bootstrap, state_dir=state_dir, store="s", layout=layout, partition=0)
+
+
+def test_a_previous_owners_late_writes_are_ignored(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    layout = StoreLayout("fence.events", "fence.changelog")
+    ensure_topics(broker.bootstrap, [TopicSpec(layout.changelog_topic, 1, compact=True)])
+    _send(
+        broker.bootstrap,
+        layout.changelog_topic,
+        [
+            (1, 10, b"a", b"a@10", False),
+            (1, 10, b"b", b"b@10", True),
+            (1, 20, b"a", b"a@20", False),  # the owner pauses mid-batch; a new owner takes over
+            (2, 25, b"a", b"a@25", False),  # ...restored to source offset 10, it folds on
+            (2, 25, b"c", b"c@25", True),
+        ],
+    )
+    # A copy that follows in two steps keeps the newest epoch it has seen in between.
+    assert _restore(broker.bootstrap, tmp_path, layout) == 4
+    assert _copy(tmp_path, layout) == ({b"a": b"a@25", b"b": b"b@10", b"c": b"c@25"}, 25)
+    _send(
+        broker.bootstrap,
+        layout.changelog_topic,
+        [
+            (1, 20, b"b", b"b@20", True),  # the old owner wakes up and closes its batch
+            (1, 30, b"b", b"b@30", True),  # and writes one more before it learns it lost
+            (2, 40, b"b", b"b@40", False),
+            (2, 40, b"c", b"c@40", True),
+        ],
+    )
+    assert _restore(broker.bootstrap, tmp_path, layout) == 2
+    assert _copy(tmp_path, layout) == ({b"a": b"a@25", b"b": b"b@40", b"c": b"c@40"}, 40)
+    # A copy made from scratch sees the same.
+    assert _restore(broker.bootstrap, tmp_path / "fresh", layout) == 6
+    assert _copy(tmp_path / "fresh", layout) == ({b"a": b"a@25", b"b": b"b@40", b"c": b"c@40"}, 40)
+
+
+def test_a_batch_the_copy_has_already_passed_changes_nothing(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    layout = StoreLayout("stale.events", "stale.changelog")
+    ensure_topics(broker.bootstrap, [TopicSpec(layout.changelog_topic, 1, compact=True)])
+    _send(
+        broker.bootstrap,
+        layout.changelog_topic,
+        [
+            (3, 50, b"a", b"a@50", True),
+            (3, 45, b"a", b"a@45", False),  # older values, written late
+            (3, 45, b"b", b"b@45", True),
+            (3, 60, b"c", b"c@60", True),
+        ],
+    )
+    assert _restore(broker.bootstrap, tmp_path, layout) == 2
+    assert _copy(tmp_path, layout) == ({b"a": b"a@50", b"b": None, b"c": b"c@60"}, 60)
+    writer = open_copy(tmp_path, "s", layout, 0)
+    try:
+        assert (writer.changelog_offset(), writer.changelog_epoch()) == (3, 3)
+    finally:
+        writer.close()
