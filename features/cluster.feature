@@ -51,6 +51,12 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     When instance 2 restarts with its state directory deleted
     Then it serves its partitions of store "stock", restored from the changelog
 
+  Scenario: An owner paused past its session timeout changes no copy by writing late
+    When another writer keeps appending "receive_shipment" with {"quantity": 1} to 20 at random of 3000 product ids starting "pause-"
+    And the owner of "pause-0" in store "stock" is paused mid-fold until others wrote to its partitions
+    And the writer appends 100 more rounds and stops
+    Then every copy of store "stock" holds the fold of its partition's events
+
   Scenario: Killing an owner under query load: its keys are answered again, never wrongly
     Given products "fail-1" to "fail-40" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn
     When clients keep querying every key of store "stock" on every instance

@@ -192,10 +192,25 @@ def fold_partition(
             )
         if producer.flush(30) or errors:
             raise BrokerUnavailable(f"changelog {topic}/{partition} not acknowledged: {errors[:3]}")
-        # Stored with the state, so a later restore knows where in the changelog to resume.
-        changelog_offset = max(landed)
+        changelog_offset = changelog_position(writer.changelog_offset(), landed)
     writer.commit(last_offset, changelog_offset=changelog_offset)
     return len(fresh), last_offset
+
+
+def changelog_position(stored: int | None, landed: list[int]) -> int | None:
+    """The changelog position to store with the state after its records ``landed``: where a
+    copy made from this state resumes following the changelog.
+
+    Right after the last of them when they follow the stored position directly, with nothing
+    among them. Records of another writer before or among them (a previous owner writing late,
+    a failed task's) are not in this state: the position then stays where it was, so that a
+    copy following the changelog from it reads them (fencing and source offsets decide what it
+    applies).
+    """
+    first, last = min(landed), max(landed)
+    alone = last - first + 1 == len(landed)  # offsets are unique: nothing else among them
+    follows = first == (-1 if stored is None else stored) + 1
+    return last if alone and follows else stored
 
 
 def fold_task(

@@ -11,7 +11,7 @@ from eventsourcing.persistence import StoredEvent
 
 from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
-from foldstream.projections.sink import partition_chunks
+from foldstream.projections.sink import changelog_position, partition_chunks
 from foldstream.projections.source import (
     ARROW_SCHEMA,
     KafkaRange,
@@ -114,3 +114,19 @@ def test_spark_planning_workers_do_not_load_pyarrow() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("stored", "landed", "position"),
+    [
+        (None, [0, 1, 2], 2),
+        (2, [4, 3], 4),
+        (2, [4, 5], 2),  # another writer's record at 3: a copy resuming from here must read it
+        (2, [3, 5], 2),  # ... or among this batch's
+        (None, [1], None),
+    ],
+)
+def test_thechangelog_position_never_passes_another_writers_records(
+    stored: int | None, landed: list[int], position: int | None
+) -> None:
+    assert changelog_position(stored, landed) == position

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -62,6 +62,15 @@ def _is_lock_held(exc: BaseException) -> bool:
 #: Keys per RocksDB multi-get when a task reads: lookups on the event loop wait for the GIL
 #: between chunks instead of for a whole rebuild batch.
 READ_CHUNK = 4096
+
+
+class HoldState(NamedTuple):
+    """Where a held partition stands when a task reads it."""
+
+    token: str  # the hold's: a write from a task that read an earlier hold is refused
+    epoch: int  # stamped on every changelog record written from this hold
+    applied_offset: int | None
+    changelog_offset: int | None
 
 
 class HeldPartition(PartitionReader):
@@ -118,14 +127,17 @@ class HeldPartition(PartitionReader):
     def changelog_offset(self) -> int | None:
         return self._use(RocksDBWriter.changelog_offset)
 
-    def read(self, keys: list[bytes]) -> tuple[str, int, int | None, list[bytes | None]]:
-        """:attr:`token`, :attr:`epoch`, the applied source offset and the values of ``keys``."""
+    def read(self, keys: list[bytes]) -> tuple[HoldState, list[bytes | None]]:
+        """Where the partition stands and the values of ``keys``."""
 
-        def read_all(writer: RocksDBWriter) -> tuple[str, int, int | None, list[bytes | None]]:
+        def read_all(writer: RocksDBWriter) -> tuple[HoldState, list[bytes | None]]:
             values: list[bytes | None] = []
             for start in range(0, len(keys), READ_CHUNK):
                 values += writer.get_many(keys[start : start + READ_CHUNK])
-            return self.token, self.epoch, writer.applied_offset(), values
+            state = HoldState(
+                self.token, self.epoch, writer.applied_offset(), writer.changelog_offset()
+            )
+            return state, values
 
         with self._writing:
             return self._use(read_all)
@@ -144,10 +156,7 @@ class HeldPartition(PartitionReader):
             if token != self.token or writer.applied_offset() != read_offset:
                 raise PartitionClosed(f"{self._name} was written or moved since it was read")
             writer.write(
-                changes,
-                offset,
-                changelog_offset=changelog_offset,
-                changelog_epoch=None if changelog_offset is None else self.epoch,
+                changes, offset, changelog_offset=changelog_offset, changelog_epoch=self.epoch
             )
 
         with self._writing:
@@ -362,13 +371,12 @@ class RemotePartition(PartitionWriter):
     ) -> None:
         self._call = (address, authkey)
         self._target = (store, partition)
-        token, epoch, applied, values = call_host(
-            address, authkey, ("read", store, partition, keys)
-        )
-        self._token: str = token
+        state, values = call_host(address, authkey, ("read", store, partition, keys))
+        self._token: str = state.token
         #: The epoch of the hold: every changelog record of this partition carries it.
-        self.epoch: int = epoch
-        self._applied: int | None = applied
+        self.epoch: int = state.epoch
+        self._applied: int | None = state.applied_offset
+        self._changelog: int | None = state.changelog_offset
         self._values: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))
         self._changes: dict[bytes, bytes | None] = {}
 
@@ -376,8 +384,8 @@ class RemotePartition(PartitionWriter):
         if key in self._changes:
             return self._changes[key]
         if key not in self._values:
-            token, _, applied, (value,) = call_host(*self._call, ("read", *self._target, [key]))
-            if (token, applied) != (self._token, self._applied):
+            state, (value,) = call_host(*self._call, ("read", *self._target, [key]))
+            if (state.token, state.applied_offset) != (self._token, self._applied):
                 raise PartitionClosed(f"{self._target} was written or moved since it was read")
             self._values[key] = value
         return self._values[key]
@@ -392,7 +400,7 @@ class RemotePartition(PartitionWriter):
         return self._applied
 
     def changelog_offset(self) -> int | None:
-        raise NotImplementedError("a projection task does not read changelog offsets")
+        return self._changelog
 
     def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
         call_host(
@@ -403,6 +411,8 @@ class RemotePartition(PartitionWriter):
         self._values.update(self._changes)
         self._changes = {}
         self._applied = offset
+        if changelog_offset is not None:
+            self._changelog = changelog_offset
 
     def close(self) -> None:
         self._changes = {}

@@ -7,6 +7,7 @@ of its own commands, so use ids that commands of the same scenario do not touch.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterable
@@ -75,7 +76,8 @@ def append_events(producer: Producer, topic: str, events: Iterable[Any]) -> None
 class CommandWriter:
     """Another writer: runs ``command`` on local aggregates round after round, in a thread, and
     appends their events to ``topic`` at a steady pace (one round every ``pause`` seconds)
-    until :meth:`stop_after` says how many more rounds to write (``max_rounds`` at most).
+    until :meth:`stop_after` says how many more rounds to write (``max_rounds`` at most). A
+    round takes every aggregate, or ``per_round`` of them drawn at random (seeded).
     """
 
     def __init__(
@@ -88,9 +90,12 @@ class CommandWriter:
         arguments: dict[str, Any],
         max_rounds: int = 5000,
         pause: float = 0.02,
+        per_round: int | None = None,
     ) -> None:
         self.topic = topic
         self.aggregates = aggregates
+        self.per_round = per_round
+        self._random = random.Random(len(aggregates))
         self.command = command
         self.arguments = arguments
         self.rounds = 0
@@ -103,7 +108,12 @@ class CommandWriter:
     def _run(self) -> None:
         try:
             while self.rounds < self.last_round:
-                for aggregate in self.aggregates:
+                chosen = (
+                    self.aggregates
+                    if self.per_round is None
+                    else self._random.sample(self.aggregates, self.per_round)
+                )
+                for aggregate in chosen:
                     getattr(aggregate, self.command)(**self.arguments)
                     append_events(self._producer, self.topic, aggregate.collect_events())
                 self.rounds += 1

@@ -28,6 +28,7 @@ pytest_plugins = [
     "foldstream.testing.steps",
     "foldstream.testing.cluster_steps",
     "foldstream.testing.recovery_steps",
+    "foldstream.testing.pause_steps",
 ]
 
 

@@ -26,8 +26,9 @@ The other sentences: ``Given the topic "t" has 3 partitions``; ``When a "librdka
 producer writes these records to "t":`` (key | value table, empty value = tombstone) and ``Then
 every record landed in the partition the "consistent"|"murmur2" partitioner gives its key``;
 ``When another writer keeps appending "cmd" with {...} to each of 40 product ids starting
-"p-"``, ``When the store "s" has a value for "k"``, ``When the instance is killed while the
-writer is still appending``, ``When the writer appends 50 more rounds and stops``, ``When the
+"p-"`` (or ``to 20 at random of 3000 product ids starting "p-"``: 20 drawn each round),
+``When the store "s" has a value for "k"``, ``When the instance is killed while the writer is
+still appending``, ``When the writer appends 50 more rounds and stops``, ``When the
 instance is restarted``; ``Then looking up "k" in store "s" answers 404 saying "..."``, ``Then
 GET "/path" answers 200 with {...}``, ``Then the instance becomes ready``, ``Then the changelog
 of store "s" holds the served value of every key``.
@@ -273,7 +274,8 @@ def produce_records(
 @when(
     parsers.re(
         r'another writer keeps appending "(?P<command>[\w-]+)" with (?P<arguments>\{.*\}) '
-        rf'to each of (?P<count>\d+) (?P<aggregate>{NAME}) ids starting "(?P<prefix>[^"]+)"'
+        r"to (?:each of|(?P<per_round>\d+) at random of) "
+        rf'(?P<count>\d+) (?P<aggregate>{NAME}) ids starting "(?P<prefix>[^"]+)"'
     )
 )
 def another_writer(
@@ -281,11 +283,13 @@ def another_writer(
     scenario_state: ScenarioState,
     command: str,
     arguments: str,
+    per_round: str | None,
     count: str,
     aggregate: str,
     prefix: str,
 ) -> None:
-    """Starts a :class:`CommandWriter` on ids ``<prefix>0`` to ``<prefix><count - 1>``."""
+    """Starts a :class:`CommandWriter` on ids ``<prefix>0`` to ``<prefix><count - 1>``, each
+    round on all of them or on ``per_round`` drawn at random."""
     cls = _aggregate_class(instance, aggregate)
     _, settings = service_of(instance)
     scenario_state.writer = CommandWriter(
@@ -294,6 +298,7 @@ def another_writer(
         aggregates=[cls(id=f"{prefix}{n}") for n in range(int(count))],  # type: ignore[call-arg]
         command=command,
         arguments=json.loads(arguments),
+        per_round=None if per_round is None else int(per_round),
     ).start()
 
 

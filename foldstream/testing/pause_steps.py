@@ -1,0 +1,165 @@
+"""Steps for an owner that stops without dying and comes back after the cluster gave its
+partitions away, writing to their changelogs for a moment before it learns so::
+
+    When the owner of "p-0" in store "stock" is paused mid-fold until others wrote to its partitions
+    Then every copy of store "stock" holds the fold of its partition's events
+
+The pause (SIGSTOP) stops the instance's own process, as a long garbage-collection pause or a
+starved process would: its heartbeats and its store host stop, while Spark goes on planning
+micro-batches whose tasks wait for the store host. When the process resumes, those tasks fold
+and write their changelog records before the instance has learnt that it lost the partitions.
+
+The second waits until every member's copies (active and standby) have reached the end of
+their source partitions, then compares each, key by key, with a plain-Python fold.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from typing import Any
+
+from pytest_bdd import parsers, then, when
+
+from foldstream.changelog import EPOCH_HEADER
+from foldstream.domain import EventRecord
+from foldstream.kafka import read_to_end
+from foldstream.process import InstanceProcess, wait_cluster_stable
+from foldstream.state import RocksDBReader, partition_path
+from foldstream.testing.cluster_steps import ClusterState, Store, cluster_view, owner_in
+from foldstream.testing.steps import WAIT, ScenarioState, _source, service_of, wait_until
+
+#: Changelog records an owner writes from the writer's events before it is paused: it is then
+#: folding them, micro-batch after micro-batch.
+FOLDING = 200
+
+
+@when(
+    parsers.parse(
+        'the owner of "{key}" in store "{store}" is paused mid-fold until others wrote to its '
+        "partitions"
+    )
+)
+def pause_owner(
+    cluster_state: ClusterState, scenario_state: ScenarioState, key: str, store: str
+) -> None:
+    """Once the owner writes the writer's events to each of its partitions' changelogs (it is
+    folding them), SIGSTOP its own process, wait until each of those partitions has changelog
+    records of a newer epoch (another member took it over and folds it), then SIGCONT it."""
+    assert scenario_state.writer is not None and scenario_state.writer.is_alive(), (
+        "pause an owner while a writer appends, or it has nothing to write late"
+    )
+    members = cluster_state.live()
+    where = Store.of(members[0], store)
+    view = cluster_view(members[0])
+    paused = next(m for m in members if m.url == owner_in(view, where, key))
+    owned = [
+        int(p)
+        for p, entry in view["partitions"][where.topic].items()
+        if entry["active"] == paused.url
+    ]
+    started = _changelog_epochs(paused, store, where.partitions)[2]
+    wait_until(
+        lambda: all(
+            _changelog_epochs(paused, store, where.partitions)[2][p] > started[p] + FOLDING
+            for p in owned
+        ),
+        lambda: f"{paused.url} is not folding the writer's events into {owned}",
+    )
+    before = _changelog_epochs(paused, store, where.partitions)[0]
+    assert paused.process is not None
+    os.kill(paused.process.pid, signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: all(
+                _changelog_epochs(paused, store, where.partitions)[0].get(p, 0) > before.get(p, 0)
+                for p in owned
+            ),
+            lambda: (
+                f"partitions {owned} of {paused.url} not taken over: "
+                f"{cluster_view(next(m for m in members if m is not paused))}"
+            ),
+        )
+    finally:
+        os.kill(paused.process.pid, signal.SIGCONT)
+
+
+@then(parsers.parse('every copy of store "{store}" holds the fold of its partition\'s events'))
+def copies_match_the_fold(cluster_state: ClusterState, store: str) -> None:
+    """Every member's active and standby copies, once at the end of their source partition,
+    hold exactly what a plain-Python fold of the partition gives (keys and values)."""
+    members = cluster_state.live()
+    wait_cluster_stable(members, timeout=WAIT)
+    projection, topic, partitions = _source(members[0], store)
+    expected: dict[int, dict[bytes, bytes | None]] = {p: {} for p in range(partitions)}
+    ends: dict[int, int] = {}
+    for batch in read_to_end(members[0].bootstrap, topic, partitions):
+        for message in batch:
+            values = expected[message.partition()]
+            record = EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
+            values[message.key()] = projection.apply(values.get(message.key()), record)
+            ends[message.partition()] = message.offset()
+    view = cluster_view(members[0])
+    compared = 0
+    for p, entry in view["partitions"][topic].items():
+        holders = {entry["active"], *(s["url"] for s in entry["standbys"])}
+        for member in members:
+            if member.url in holders:
+                _check_copy(member, store, int(p), ends.get(int(p)), expected[int(p)])
+                compared += 1
+    late = _changelog_epochs(members[0], store, partitions)[1]
+    print(f"\ncompared {compared} copies; changelog records written late (fenced): {late}")
+    assert compared >= partitions, f"only {compared} copies found: {view}"
+
+
+def _check_copy(
+    member: InstanceProcess,
+    store: str,
+    partition: int,
+    end: int | None,
+    expected: dict[bytes, bytes | None],
+) -> None:
+    """Once ``member``'s copy of the partition has folded up to ``end``, its values are
+    ``expected``."""
+    path = partition_path(member.state_dir, store, partition)
+    wait_until(
+        lambda: _applied_offset(path) == end,
+        lambda: (
+            f"{member.url}'s copy of {store}/{partition} is at {_applied_offset(path)}, "
+            f"the source at {end}"
+        ),
+    )
+    with RocksDBReader(path) as copy:
+        wrong = {k: (copy.get(k), v) for k, v in expected.items() if copy.get(k) != v}
+    examples = ", ".join(
+        f"{k!r}: {got!r}, not {want!r}" for k, (got, want) in list(wrong.items())[:3]
+    )
+    assert not wrong, (
+        f"{member.url}'s copy of {store}/{partition}: {len(wrong)} keys differ: {examples}"
+    )
+
+
+def _applied_offset(path: Any) -> int | None:
+    with RocksDBReader(path) as copy:
+        return copy.applied_offset()
+
+
+def _changelog_epochs(
+    instance: InstanceProcess, store: str, partitions: int
+) -> tuple[dict[int, int], Counter[int], Counter[int]]:
+    """Per partition of the store's changelog: the newest epoch, how many records carry an
+    epoch below one written before them (a previous owner's late writes), and all records."""
+    _, settings = service_of(instance)
+    newest: dict[int, int] = {}
+    late: Counter[int] = Counter()
+    records: Counter[int] = Counter()
+    for batch in read_to_end(instance.bootstrap, settings.changelog_topic(store), partitions):
+        for message in batch:
+            epoch = int(dict(message.headers() or ()).get(EPOCH_HEADER, 0))
+            p = message.partition()
+            records[p] += 1
+            if epoch < newest.get(p, 0):
+                late[p] += 1
+            newest[p] = max(newest.get(p, 0), epoch)
+    return newest, late, records
