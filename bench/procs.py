@@ -158,7 +158,7 @@ class PeakRss:
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _sample(self) -> None:
-        rss, split = 0, {}
+        rss, split = 0, dict[str, int]()
         for member in process_tree(self.pid):
             sizes = _rss_and_pss(member)
             if sizes is not None:
