@@ -27,6 +27,7 @@ from foldstream.kafka import consume_available, consumer_config, read_partitions
 from foldstream.state import RocksDBWriter, partition_path
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"
+BATCH_START_HEADER = "foldstream-batch-start"
 BATCH_END_HEADER = "foldstream-batch-end"
 EPOCH_HEADER = "foldstream-epoch"
 log = logging.getLogger(__name__)
@@ -46,9 +47,11 @@ class StoreLayout:
 class ChangelogFollower:
     """Applies one partition's changelog records to a local copy, one whole batch at a time.
 
-    A projection writes a batch's records then closes it with :data:`BATCH_END_HEADER`. Records
-    of a batch that never closed (its writer died mid-batch) are dropped when the next batch
-    starts, so a copy never holds values ahead of the source offset it records. Records at or
+    A projection marks a batch's first record with :data:`BATCH_START_HEADER` and its last with
+    :data:`BATCH_END_HEADER`. A batch is applied once closed, and only if its first record was
+    read: records of a batch that never closed (its writer died mid-batch) are dropped when the
+    next batch starts, and so are those of a batch that began before the copy's position. A
+    copy therefore never holds values ahead of the source offset it records. Records at or
     below the copy's changelog offset are skipped, so re-reading is harmless.
 
     Fencing: records of an epoch below the newest one seen (kept with the copy) are ignored,
@@ -61,7 +64,9 @@ class ChangelogFollower:
         self.writer = writer
         self._pending: list[Any] = []
         self._batch: bytes | None = None
+        self._collecting = False  # the current batch's first record was read
         self._epoch = writer.changelog_epoch()
+        self._read: int | None = None  # the last changelog offset read
         self.fenced = 0  # records ignored as a previous owner's
 
     def feed(self, messages: Iterable[Any]) -> int:
@@ -71,6 +76,7 @@ class ChangelogFollower:
         for message in messages:
             if done is not None and message.offset() <= done:
                 continue
+            self._read = message.offset()
             headers = dict(message.headers() or ())
             epoch = int(headers.get(EPOCH_HEADER, 0))
             if epoch < self._epoch:
@@ -80,10 +86,29 @@ class ChangelogFollower:
             if epoch > self._epoch or batch != self._batch:
                 self._pending.clear()
                 self._epoch, self._batch = epoch, batch
+                # Records written before batches were marked (no epoch either) start one here.
+                self._collecting = BATCH_START_HEADER in headers or EPOCH_HEADER not in headers
+            if not self._collecting:
+                continue
             self._pending.append(message)
             if BATCH_END_HEADER in headers and batch is not None:
                 applied += self._apply(int(batch), message.offset())
+                self._collecting = False
         return applied
+
+    def settle(self) -> None:
+        """Record what was read after the last applied batch as seen: the copy's changelog
+        position moves past it and its epoch to the newest read.
+
+        For a copy that stops following here (a takeover): the rest of an unclosed batch read
+        is then dropped by whoever follows from this position, and the next writer's epoch,
+        above the copy's, is above every epoch the changelog held.
+        """
+        done = self.writer.changelog_offset()
+        if self._read is not None and (done is None or self._read > done):
+            self.writer.note_changelog(self._read, self._epoch)
+        self._pending.clear()
+        self._collecting = False
 
     def _apply(self, source_offset: int, changelog_offset: int) -> int:
         reached = self.writer.applied_offset()
@@ -136,6 +161,7 @@ def restore(
             fetch_wait_max_ms=fetch_wait_max_ms,
         ):
             applied += follower.feed(batch)
+        follower.settle()
         return applied
     finally:
         writer.close()
@@ -261,7 +287,15 @@ class StandbyReplicas:
                 raise BrokerUnavailable(f"standby {message.topic()}: {error}")
         for key, batch in by_key.items():
             replica = self._replicas[key]
+            fenced = replica.follower.fenced
             applied = replica.follower.feed(batch)
+            if replica.follower.fenced > fenced:
+                log.warning(
+                    "standby copy %s/%d ignored %d changelog records of an older epoch (a "
+                    "previous owner writing late); it follows the newest owner",
+                    *key,
+                    replica.follower.fenced - fenced,
+                )
             if replica.copied >= 0:
                 replica.copied += applied
             replica.position = batch[-1].offset() + 1

@@ -20,7 +20,12 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 from confluent_kafka import Producer
 
-from foldstream.changelog import BATCH_END_HEADER, EPOCH_HEADER, SOURCE_OFFSET_HEADER
+from foldstream.changelog import (
+    BATCH_END_HEADER,
+    BATCH_START_HEADER,
+    EPOCH_HEADER,
+    SOURCE_OFFSET_HEADER,
+)
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
@@ -169,9 +174,16 @@ def fold_partition(
             (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
             (EPOCH_HEADER, str(epoch).encode()),
         ]
-        # The last record closes the batch: a copy applies a batch only once it has all of it.
-        closing = [*headers, (BATCH_END_HEADER, b"1")]
-        last_key = next(reversed(changed))
+        # The first record opens the batch and the last closes it: a copy applies a batch only
+        # once it has all of it.
+        opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
+        first_key, last_key = next(iter(changed)), next(reversed(changed))
+        marked = {
+            first_key: [*headers, opening],
+            last_key: [*headers, closing]
+            if last_key != first_key
+            else [*headers, opening, closing],
+        }
 
         def on_delivery(error: Any, message: Any) -> None:
             if error is not None:
@@ -187,7 +199,7 @@ def fold_partition(
                 key=key,
                 value=value,
                 partition=partition,
-                headers=closing if key == last_key else headers,
+                headers=marked.get(key, headers),
                 on_delivery=on_delivery,
             )
         if producer.flush(30) or errors:

@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 from foldstream.broker import EmbeddedBroker
 from foldstream.changelog import (
     BATCH_END_HEADER,
+    BATCH_START_HEADER,
     EPOCH_HEADER,
     SOURCE_OFFSET_HEADER,
     StoreLayout,
@@ -17,18 +18,20 @@ from foldstream.changelog import (
 )
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 
-Record = tuple[int, int, bytes, bytes, bool]
-"""(writer epoch, source offset, key, value, closes its batch)"""
+Record = tuple[int, int, bytes, bytes, str]
+"""(writer epoch, source offset, key, value, marks: "<" opens its batch, ">" closes it)"""
 
 
 def _send(bootstrap: str, topic: str, records: list[Record]) -> None:
     producer = Producer(producer_config(bootstrap))
-    for epoch, source_offset, key, value, closes in records:
+    for epoch, source_offset, key, value, marks in records:
         headers = [
             (SOURCE_OFFSET_HEADER, str(source_offset).encode()),
             (EPOCH_HEADER, str(epoch).encode()),
         ]
-        if closes:
+        if "<" in marks:
+            headers.append((BATCH_START_HEADER, b"1"))
+        if ">" in marks:
             headers.append((BATCH_END_HEADER, b"1"))
         producer.produce(topic, key=key, value=value, partition=0, headers=headers)
     assert producer.flush(30) == 0
@@ -54,11 +57,11 @@ def test_a_previous_owners_late_writes_are_ignored(broker: EmbeddedBroker, tmp_p
         broker.bootstrap,
         layout.changelog_topic,
         [
-            (1, 10, b"a", b"a@10", False),
-            (1, 10, b"b", b"b@10", True),
-            (1, 20, b"a", b"a@20", False),  # the owner pauses mid-batch; a new owner takes over
-            (2, 25, b"a", b"a@25", False),  # ...restored to source offset 10, it folds on
-            (2, 25, b"c", b"c@25", True),
+            (1, 10, b"a", b"a@10", "<"),
+            (1, 10, b"b", b"b@10", ">"),
+            (1, 20, b"a", b"a@20", "<"),  # the owner pauses mid-batch; a new owner takes over
+            (2, 25, b"a", b"a@25", "<"),  # ...restored to source offset 10, it folds on
+            (2, 25, b"c", b"c@25", ">"),
         ],
     )
     # A copy that follows in two steps keeps the newest epoch it has seen in between.
@@ -68,10 +71,10 @@ def test_a_previous_owners_late_writes_are_ignored(broker: EmbeddedBroker, tmp_p
         broker.bootstrap,
         layout.changelog_topic,
         [
-            (1, 20, b"b", b"b@20", True),  # the old owner wakes up and closes its batch
-            (1, 30, b"b", b"b@30", True),  # and writes one more before it learns it lost
-            (2, 40, b"b", b"b@40", False),
-            (2, 40, b"c", b"c@40", True),
+            (1, 20, b"b", b"b@20", ">"),  # the old owner wakes up and closes its batch
+            (1, 30, b"b", b"b@30", "<>"),  # and writes one more before it learns it lost
+            (2, 40, b"b", b"b@40", "<"),
+            (2, 40, b"c", b"c@40", ">"),
         ],
     )
     assert _restore(broker.bootstrap, tmp_path, layout) == 2
@@ -90,10 +93,10 @@ def test_a_batch_the_copy_has_already_passed_changes_nothing(
         broker.bootstrap,
         layout.changelog_topic,
         [
-            (3, 50, b"a", b"a@50", True),
-            (3, 45, b"a", b"a@45", False),  # older values, written late
-            (3, 45, b"b", b"b@45", True),
-            (3, 60, b"c", b"c@60", True),
+            (3, 50, b"a", b"a@50", "<>"),
+            (3, 45, b"a", b"a@45", "<"),  # older values, written late
+            (3, 45, b"b", b"b@45", ">"),
+            (3, 60, b"c", b"c@60", "<>"),
         ],
     )
     assert _restore(broker.bootstrap, tmp_path, layout) == 2
@@ -103,3 +106,29 @@ def test_a_batch_the_copy_has_already_passed_changes_nothing(
         assert (writer.changelog_offset(), writer.changelog_epoch()) == (3, 3)
     finally:
         writer.close()
+
+
+def test_a_takeover_restore_moves_past_an_unclosed_batch_and_its_epoch(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    layout = StoreLayout("tail.events", "tail.changelog")
+    ensure_topics(broker.bootstrap, [TopicSpec(layout.changelog_topic, 1, compact=True)])
+    _send(
+        broker.bootstrap,
+        layout.changelog_topic,
+        [
+            (4, 10, b"a", b"a@10", "<>"),
+            (6, 20, b"a", b"a@20", "<"),  # an owner of a higher epoch died mid-batch
+        ],
+    )
+    assert _restore(broker.bootstrap, tmp_path, layout) == 1
+    writer = open_copy(tmp_path, "s", layout, 0)
+    try:
+        # The next owner writes above epoch 6; the position is past the unclosed batch.
+        assert (writer.changelog_epoch(), writer.changelog_offset()) == (6, 1)
+    finally:
+        writer.close()
+    # The rest of that batch, should it ever come, is not applied: its start was not read.
+    _send(broker.bootstrap, layout.changelog_topic, [(6, 20, b"b", b"b@20", ">")])
+    assert _restore(broker.bootstrap, tmp_path, layout) == 0
+    assert _copy(tmp_path, layout) == ({b"a": b"a@10", b"b": None, b"c": None}, 10)

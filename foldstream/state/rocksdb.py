@@ -161,6 +161,16 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
                 batch.put(name, str(number).encode(), self._meta_handle)
         self._db.write(batch)
 
+    def note_changelog(self, offset: int, epoch: int) -> None:
+        """Record changelog records up to ``offset`` as seen (none of them to be applied) and
+        ``epoch`` as the newest writer epoch seen, leaving values and source offset alone."""
+        batch = WriteBatch(raw_mode=True)
+        batch.put(_CHANGELOG_OFFSET, str(offset).encode(), self._meta_handle)
+        batch.put(
+            _CHANGELOG_EPOCH, str(max(epoch, self.changelog_epoch())).encode(), self._meta_handle
+        )
+        self._db.write(batch)
+
     def close(self) -> None:
         # Flushed, so that the next opener (a read-only snapshot, a standby copy after a
         # takeover elsewhere) starts from SSTs rather than replaying this writer's WAL.
