@@ -378,7 +378,12 @@ class ClusterNode:
         # Kept apart from the slower upkeep below: a late heartbeat makes others think this
         # member is dead.
         last = 0.0
+        awake = time.monotonic()
         while not self._stopping.wait(LEAD_INTERVAL_S):
+            now = time.monotonic()
+            if now - awake > self.map.liveness_s:
+                self._gave_up_after_pause(now - awake)
+            awake = now
             try:
                 self._lead()
                 if time.monotonic() - last >= PUBLISH_INTERVAL_S:
@@ -386,6 +391,22 @@ class ClusterNode:
                     last = time.monotonic()
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("cluster heartbeat failed")
+
+    def _gave_up_after_pause(self, paused_s: float) -> None:
+        """This process stood still for longer than the session timeout (a long pause, a
+        frozen machine): the others may have taken its partitions over meanwhile. Give them
+        all up at once; the ones still assigned here are taken again, restored from their
+        changelogs and written with a new epoch."""
+        with self._lock:
+            held = frozenset(self._serving | self._restoring)
+        if held:
+            log.warning(
+                "this instance stood still for %.1fs, longer than the session timeout: giving up "
+                "%s",
+                paused_s,
+                sorted(held),
+            )
+            threading.Thread(target=self._revoked, args=(held,), daemon=True).start()
 
     def _maintain_loop(self) -> None:
         while not self._stopping.wait(PUBLISH_INTERVAL_S):

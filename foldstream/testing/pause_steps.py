@@ -3,6 +3,7 @@ partitions away, writing to their changelogs for a moment before it learns so::
 
     When the owner of "p-0" in store "stock" is paused mid-fold until others wrote to its partitions
     Then every copy of store "stock" holds the fold of its partition's events
+    Then the paused instance gave its partitions up on resuming
 
 The pause (SIGSTOP) stops the instance's own process, as a long garbage-collection pause or a
 starved process would: its heartbeats and its store host stop, while Spark goes on planning
@@ -69,6 +70,7 @@ def pause_owner(
     )
     before = _changelog_epochs(paused, store, where.partitions)[0]
     assert paused.process is not None
+    cluster_state.victim = paused.url
     os.kill(paused.process.pid, signal.SIGSTOP)
     try:
         wait_until(
@@ -165,3 +167,14 @@ def _changelog_epochs(
                 late[p] += 1
             newest[p] = max(newest.get(p, 0), epoch)
     return newest, late, records
+
+
+@then("the paused instance gave its partitions up on resuming")
+def gave_up_after_pause(cluster_state: ClusterState) -> None:
+    """Its log says it stood still for longer than the session timeout and gave up what it
+    held (the ones still assigned to it are taken again, with a new epoch)."""
+    paused = next(m for m in cluster_state.live() if m.url == cluster_state.victim)
+    wait_until(
+        lambda: "longer than the session timeout: giving up" in paused.log_path.read_text(),
+        lambda: f"no such line in the log of {paused.url}; its tail:\n{paused.log_tail()}",
+    )
