@@ -63,7 +63,7 @@ class _ApiCpu:
         again and again for ``seconds`` by a load process (CPU time is counted in 10 ms ticks:
         short rounds are noise)."""
         before, started = [self.cpu([pid]) for pid in self.pids], time.perf_counter()
-        done = get_repeatedly(urls, expect=200, seconds=seconds, follow=True)
+        done = get_repeatedly(urls, seconds=seconds)
         elapsed = time.perf_counter() - started
         return [
             (self.cpu([pid]) - start - self.idle_rates[pid] * elapsed) / done * 1e6

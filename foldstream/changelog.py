@@ -112,18 +112,15 @@ class ChangelogFollower:
 
     def _apply(self, source_offset: int, changelog_offset: int) -> int:
         reached = self.writer.applied_offset()
-        stale = reached is not None and source_offset <= reached
-        if not stale:
+        applied = 0  # a stale batch (values older than the copy's) only moves the position
+        if reached is None or source_offset > reached:
             for record in self._pending:
                 if record.value() is None:
                     self.writer.delete(record.key())
                 else:
                     self.writer.put(record.key(), record.value())
-            reached = source_offset
-        # A stale batch (values older than the copy's) only moves the changelog offset.
-        assert reached is not None
+            reached, applied = source_offset, len(self._pending)
         self.writer.commit(reached, changelog_offset=changelog_offset, changelog_epoch=self._epoch)
-        applied = 0 if stale else len(self._pending)
         self._pending.clear()
         return applied
 

@@ -178,12 +178,8 @@ def fold_partition(
         # once it has all of it.
         opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
         first_key, last_key = next(iter(changed)), next(reversed(changed))
-        marked = {
-            first_key: [*headers, opening],
-            last_key: [*headers, closing]
-            if last_key != first_key
-            else [*headers, opening, closing],
-        }
+        marked = {first_key: [*headers, opening]}
+        marked[last_key] = [*marked.get(last_key, headers), closing]
 
         def on_delivery(error: Any, message: Any) -> None:
             if error is not None:

@@ -153,23 +153,20 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
             else:
                 batch.put(key, value)
         batch.put(_OFFSET, str(offset).encode(), self._meta_handle)
-        for name, number in (
-            (_CHANGELOG_OFFSET, changelog_offset),
-            (_CHANGELOG_EPOCH, changelog_epoch),
-        ):
-            if number is not None:
-                batch.put(name, str(number).encode(), self._meta_handle)
+        self._put_changelog(batch, changelog_offset, changelog_epoch)
         self._db.write(batch)
 
     def note_changelog(self, offset: int, epoch: int) -> None:
         """Record changelog records up to ``offset`` as seen (none of them to be applied) and
         ``epoch`` as the newest writer epoch seen, leaving values and source offset alone."""
         batch = WriteBatch(raw_mode=True)
-        batch.put(_CHANGELOG_OFFSET, str(offset).encode(), self._meta_handle)
-        batch.put(
-            _CHANGELOG_EPOCH, str(max(epoch, self.changelog_epoch())).encode(), self._meta_handle
-        )
+        self._put_changelog(batch, offset, epoch)
         self._db.write(batch)
+
+    def _put_changelog(self, batch: WriteBatch, offset: int | None, epoch: int | None) -> None:
+        for name, number in ((_CHANGELOG_OFFSET, offset), (_CHANGELOG_EPOCH, epoch)):
+            if number is not None:
+                batch.put(name, str(number).encode(), self._meta_handle)
 
     def close(self) -> None:
         # Flushed, so that the next opener (a read-only snapshot, a standby copy after a
