@@ -1,7 +1,8 @@
 """Query servers run beside an instance, as separate processes over the same stores.
 
 ``minimal``: the reference — the least a Starlette + uvicorn app does to answer a GET by key
-from RocksDB (a rocksdict get, stored bytes as they are) and a batch of keys.
+from RocksDB (a rocksdict get, stored bytes as they are) and a batch of keys. It opens the
+stores with the options they were written with (PlainTable), so it gets the same lookup speed.
 ``foldstream-uvicorn`` / ``foldstream-granian``: foldstream's own query routes
 (:func:`foldstream.query_api.query_routes`) without the rest of an instance, served by uvicorn or
 granian — variants that show what the HTTP server costs per lookup.
@@ -40,14 +41,15 @@ def minimal_app(
     state_dir: Path, store: str, partitions: int, partitioner: Partitioner
 ) -> Starlette:
     """GET ``/stores/{store}/keys/{key}`` and POST ``/stores/{store}/keys``, nothing else."""
-    from rocksdict import AccessType, Options, Rdict
+    from rocksdict import AccessType, Rdict
 
     from foldstream.state import partition_path
+    from foldstream.state.rocksdb import store_options
 
     dbs = [
         Rdict(
             str(partition_path(state_dir, store, p)),
-            options=Options(raw_mode=True),
+            options=store_options(),
             access_type=AccessType.read_only(),
         )
         for p in range(partitions)

@@ -38,7 +38,8 @@ class StoreNotFound(FoldstreamError):
 
 
 class StateCorrupted(FoldstreamError):
-    """A state store's metadata does not match what this service expects (partition, topic).
+    """A state store's metadata does not match what this service expects (partition, topic), or
+    a read-only open found a partition in another on-disk format.
 
     Remedy: stop the instance and delete the store's directory under ``state_dir``; it is rebuilt
     from the source topic (or restored from its changelog) on the next start.

@@ -30,7 +30,23 @@ def partition_for(key: bytes, partitions: int, partitioner: Partitioner = "murmu
         return int(murmur2(key, partitions))
     if partitioner == "consistent":
         return zlib.crc32(key) % partitions
-    raise ConfigurationError(f"unknown partitioner {partitioner!r}; use one of {PARTITIONERS}")
+    raise _unknown(partitioner)
+
+
+def partitions_for(
+    keys: Iterable[bytes], partitions: int, partitioner: Partitioner = "murmur2"
+) -> list[int]:
+    """:func:`partition_for` of each of ``keys``, without a Python call per key."""
+    if partitioner == "murmur2":
+        return [int(murmur2(key, partitions)) for key in keys]
+    if partitioner == "consistent":
+        crc32 = zlib.crc32
+        return [crc32(key) % partitions for key in keys]
+    raise _unknown(partitioner)
+
+
+def _unknown(partitioner: str) -> ConfigurationError:
+    return ConfigurationError(f"unknown partitioner {partitioner!r}; use one of {PARTITIONERS}")
 
 
 def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:

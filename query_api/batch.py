@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from foldstream.errors import StoreNotFound
-from foldstream.kafka import partition_for
+from foldstream.kafka import partitions_for
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import error_response
 from foldstream.routing import Local, Locator, Redirect
@@ -37,6 +37,11 @@ def _keys(body: bytes) -> list[str] | str:
     if len(keys) > MAX_KEYS:
         return f"at most {MAX_KEYS} keys per request, got {len(keys)}"
     return keys
+
+
+def _json(value: object, empty: bytes) -> bytes:
+    # Most answers have nothing missing, elsewhere or unavailable: skip the encoder for those.
+    return json.dumps(value).encode() if value else empty
 
 
 def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locator]) -> Route:
@@ -58,8 +63,11 @@ def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locat
         elsewhere: dict[str, list[str]] = {}
         unavailable: list[str] = []
         by_partition: dict[int, list[str]] = {}
-        for key in dict.fromkeys(keys):
-            partition = partition_for(key.encode(), info.partitions, info.partitioner)
+        unique = list(dict.fromkeys(keys))
+        raw = [key.encode() for key in unique]
+        for key, partition in zip(
+            unique, partitions_for(raw, info.partitions, info.partitioner), strict=True
+        ):
             by_partition.setdefault(partition, []).append(key)
         for partition, wanted in by_partition.items():
             location = route.locate(info.topic, partition)
@@ -76,9 +84,9 @@ def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locat
                         found.append(encode_basestring_ascii(key).encode() + b":" + value)
         body = b'{"values":{%s},"missing":%s,"elsewhere":%s,"unavailable":%s}' % (
             b",".join(found),
-            json.dumps(missing).encode(),
-            json.dumps(elsewhere).encode(),
-            json.dumps(unavailable).encode(),
+            _json(missing, b"[]"),
+            _json(elsewhere, b"{}"),
+            _json(unavailable, b"[]"),
         )
         return Response(body, media_type="application/json")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rocksdict import AccessType, Options, Rdict
 
 from foldstream.errors import StateCorrupted
 from foldstream.state import RocksDBReader, RocksDBWriter
@@ -57,3 +58,32 @@ def test_reopening_a_partition_leaves_no_files_behind(tmp_path: Path) -> None:
         writer.close()
     files = sorted(p.name for p in path.iterdir())
     assert len(files) < 30, files
+
+
+def test_a_partition_in_the_old_format_is_moved_aside_and_starts_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Directories written before PlainTable (block-based, unstamped) cannot be opened with
+    today's options: a writer moves them aside, so the partition is restored from its
+    changelog, and a reader says what will happen instead of RocksDB's 'Corruption'."""
+    path = tmp_path / "stores" / "s" / "p0000"
+    old = Rdict(str(path), options=Options(raw_mode=True))
+    old[b"k"] = b"old value"
+    old.close()
+    with pytest.raises(StateCorrupted, match="'block-based' format"):
+        RocksDBReader(path)
+    writer = RocksDBWriter(path, identity="t/0")
+    assert writer.get(b"k") is None
+    assert writer.applied_offset() is None
+    writer.put(b"k", b"new value")
+    writer.commit(7)
+    writer.close()
+    (aside,) = [p for p in path.parent.iterdir() if p != path]
+    assert aside.name.startswith("p0000.block-based.")
+    assert "moved aside" in caplog.text
+    reread = Rdict(str(aside), options=Options(raw_mode=True), access_type=AccessType.read_only())
+    assert reread[b"k"] == b"old value"
+    reread.close()
+    reader = RocksDBReader(path)
+    assert (reader.get(b"k"), reader.applied_offset()) == (b"new value", 7)
+    reader.close()
