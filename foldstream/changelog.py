@@ -1,7 +1,8 @@
 """Store partitions copied from their changelog topics: restores and warm standby replicas.
 
 Every changelog record carries the source offset its value reflects (header
-:data:`SOURCE_OFFSET_HEADER`). Applying changelog records therefore moves a local copy's values,
+:data:`SOURCE_OFFSET_HEADER`) and the one its writer folded from (:data:`FOLDED_FROM_HEADER`,
+-1 for an empty store). Applying changelog records therefore moves a local copy's values,
 its source offset and its changelog offset together, in one write batch: a copy that becomes
 active resumes the projection from exactly the source offset its values reflect.
 
@@ -27,6 +28,7 @@ from foldstream.kafka import consume_available, consumer_config, read_partitions
 from foldstream.state import RocksDBWriter, partition_path
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"
+FOLDED_FROM_HEADER = "foldstream-folded-from"
 BATCH_START_HEADER = "foldstream-batch-start"
 BATCH_END_HEADER = "foldstream-batch-end"
 EPOCH_HEADER = "foldstream-epoch"
@@ -48,9 +50,12 @@ class ChangelogFollower:
     """Applies one partition's changelog records to a local copy, one whole batch at a time.
 
     A projection marks a batch's first record with :data:`BATCH_START_HEADER` and its last with
-    :data:`BATCH_END_HEADER`. A batch is applied once closed, and only if its first record was
-    read: records of a batch that never closed (its writer died mid-batch) are dropped when the
-    next batch starts, and so are those of a batch that began before the copy's position. A
+    :data:`BATCH_END_HEADER`. A batch is applied once closed: by its last record, or by the
+    next batch when that one was folded from the source offset the batch reached (compaction
+    keeps only each key's newest record, so it removes many first and last records). Records of
+    a batch cut short (its writer died or its task failed mid-batch) are dropped when the next
+    batch starts, and so are those of a batch that began before the position a copy resumes
+    from. A
     copy therefore never holds values ahead of the source offset it records. Records at or
     below the copy's changelog offset are skipped, so re-reading is harmless.
 
@@ -67,6 +72,10 @@ class ChangelogFollower:
         self._collecting = False  # the current batch's first record was read
         self._epoch = writer.changelog_epoch()
         self._read: int | None = None  # the last changelog offset read
+        # Whether batches are read from their start. Not yet for a copy that resumes from a
+        # position (it may be inside a batch); from offset 0, or once a batch has begun after
+        # the position, every batch is, though compaction may have removed its first record.
+        self._from_start = writer.changelog_offset() is None
         self.fenced = 0  # records ignored as a previous owner's
 
     def feed(self, messages: Iterable[Any]) -> int:
@@ -84,10 +93,15 @@ class ChangelogFollower:
                 continue
             batch = headers.get(SOURCE_OFFSET_HEADER)
             if epoch > self._epoch or batch != self._batch:
+                if self._closed_by(headers.get(FOLDED_FROM_HEADER)):
+                    applied += self._apply(int(self._batch), self._pending[-1].offset())  # type: ignore[arg-type]
+                self._from_start = self._from_start or self._batch is not None
                 self._pending.clear()
                 self._epoch, self._batch = epoch, batch
                 # Records written before batches were marked (no epoch either) start one here.
-                self._collecting = BATCH_START_HEADER in headers or EPOCH_HEADER not in headers
+                self._collecting = (
+                    self._from_start or BATCH_START_HEADER in headers or EPOCH_HEADER not in headers
+                )
             if not self._collecting:
                 continue
             self._pending.append(message)
@@ -95,6 +109,19 @@ class ChangelogFollower:
                 applied += self._apply(int(batch), message.offset())
                 self._collecting = False
         return applied
+
+    def _closed_by(self, folded_from: bytes | None) -> bool:
+        """Whether the unclosed batch being collected is complete, as shown by the next
+        batch's writer having folded from its source offset or beyond: its closing record was
+        compacted away. Folded from before it, the next batch shows it cut short (a failed
+        task, a writer that died): that writer folds the same events again from there."""
+        return (
+            self._collecting
+            and bool(self._pending)
+            and folded_from is not None
+            and self._batch is not None
+            and int(folded_from) >= int(self._batch)
+        )
 
     def settle(self) -> None:
         """Record what was read after the last applied batch as seen: the copy's changelog

@@ -24,6 +24,7 @@ from foldstream.changelog import (
     BATCH_END_HEADER,
     BATCH_START_HEADER,
     EPOCH_HEADER,
+    FOLDED_FROM_HEADER,
     SOURCE_OFFSET_HEADER,
 )
 from foldstream.domain.records import EventRecord
@@ -172,6 +173,7 @@ def fold_partition(
         landed: list[int] = []
         headers = [
             (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
+            (FOLDED_FROM_HEADER, str(-1 if applied_offset is None else applied_offset).encode()),
             (EPOCH_HEADER, str(epoch).encode()),
         ]
         # The first record opens the batch and the last closes it: a copy applies a batch only

@@ -11,6 +11,7 @@ from foldstream.changelog import (
     BATCH_END_HEADER,
     BATCH_START_HEADER,
     EPOCH_HEADER,
+    FOLDED_FROM_HEADER,
     SOURCE_OFFSET_HEADER,
     StoreLayout,
     open_copy,
@@ -18,17 +19,20 @@ from foldstream.changelog import (
 )
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 
-Record = tuple[int, int, bytes, bytes, str]
-"""(writer epoch, source offset, key, value, marks: "<" opens its batch, ">" closes it)"""
+Record = tuple[int, int, bytes, bytes, str] | tuple[int, int, bytes, bytes, str, int]
+"""(writer epoch, source offset, key, value, marks: "<" opens its batch, ">" closes it[, the
+source offset its writer folded from: records of writers before that header lack it])"""
 
 
 def _send(bootstrap: str, topic: str, records: list[Record]) -> None:
     producer = Producer(producer_config(bootstrap))
-    for epoch, source_offset, key, value, marks in records:
+    for epoch, source_offset, key, value, marks, *folded_from in records:
         headers = [
             (SOURCE_OFFSET_HEADER, str(source_offset).encode()),
             (EPOCH_HEADER, str(epoch).encode()),
         ]
+        if folded_from:
+            headers.append((FOLDED_FROM_HEADER, str(folded_from[0]).encode()))
         if "<" in marks:
             headers.append((BATCH_START_HEADER, b"1"))
         if ">" in marks:
@@ -137,3 +141,48 @@ def test_a_takeover_restore_moves_past_an_unclosed_batch_and_its_epoch(
     _send(broker.bootstrap, layout.changelog_topic, [(6, 20, b"b", b"b@20", ">")])
     assert _restore(broker.bootstrap, tmp_path, layout) == 0
     assert _copy(tmp_path, layout) == ({b"a": b"a@10", b"b": None, b"c": None}, 10)
+
+
+def test_a_restore_from_a_compacted_changelog_applies_what_compaction_kept(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """Compaction keeps only each key's newest record, so it removes the records that opened
+    or closed many batches. Written as a=10 b=10 | a=20 c=20 | b=30 c=30 | (a new owner) b=40,
+    it keeps a@20, which opened its batch, c@30, which closed its batch, and b@40. a@20's batch
+    is closed by the next one's writer having folded from 20."""
+    layout = _layout(broker, "compacted")
+    _send(
+        broker.bootstrap,
+        layout.changelog_topic,
+        [
+            (1, 20, b"a", b"a@20", "<", 10),
+            (1, 30, b"c", b"c@30", ">", 20),
+            (2, 40, b"b", b"b@40", "<>", 30),
+        ],
+    )
+    assert _restore(broker.bootstrap, tmp_path, layout) == 3
+    assert _copy(tmp_path, layout) == ({b"a": b"a@20", b"b": b"b@40", b"c": b"c@30"}, 40)
+
+
+def test_a_batch_cut_short_is_dropped_when_the_next_was_folded_from_before_it(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A task that fails mid-batch is retried, or its query restarted from the offset its store
+    holds; a writer that dies mid-batch is followed by one restored from before that batch.
+    Either way the next batch is folded from before the cut one, which must not count as
+    closed: its values would be ahead of the source offset the copy records."""
+    layout = _layout(broker, "cut")
+    _send(
+        broker.bootstrap,
+        layout.changelog_topic,
+        [
+            (1, 10, b"a", b"a@10", "<", -1),
+            (1, 10, b"b", b"b@10", ">", -1),
+            (1, 20, b"a", b"a@20", "<", 10),  # cut short: the task failed
+            (1, 15, b"c", b"c@15", "<>", 10),  # the restarted query's first batch ends earlier
+            (1, 25, b"b", b"b@25", "<", 15),  # cut short: the owner died
+            (2, 22, b"a", b"a@22", "<>", 15),  # the new owner folds from 15 again
+        ],
+    )
+    assert _restore(broker.bootstrap, tmp_path, layout) == 4
+    assert _copy(tmp_path, layout) == ({b"a": b"a@22", b"b": b"b@10", b"c": b"c@15"}, 22)
