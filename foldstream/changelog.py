@@ -49,15 +49,16 @@ class StoreLayout:
 class ChangelogFollower:
     """Applies one partition's changelog records to a local copy, one whole batch at a time.
 
-    A projection marks a batch's first record with :data:`BATCH_START_HEADER` and its last with
-    :data:`BATCH_END_HEADER`. A batch is applied once closed: by its last record, or by the
-    next batch when that one was folded from the source offset the batch reached (compaction
-    keeps only each key's newest record, so it removes many first and last records). Records of
-    a batch cut short (its writer died or its task failed mid-batch) are dropped when the next
-    batch starts, and so are those of a batch that began before the position a copy resumes
-    from. A
-    copy therefore never holds values ahead of the source offset it records. Records at or
-    below the copy's changelog offset are skipped, so re-reading is harmless.
+    A projection marks a batch's last record with :data:`BATCH_END_HEADER` (and its first
+    with :data:`BATCH_START_HEADER`, which copies of earlier versions required). A batch is
+    applied once closed: by its last record, or by the next batch when that one was folded from
+    the source offset the batch reached. Compaction keeps only each key's newest record, so it
+    removes many first and last records: a batch is applied whether or not its first record is
+    there. Records of a batch cut short (its writer died or its task failed mid-batch) are
+    dropped when the next batch starts, and so is the rest of the batch a copy stopped inside of
+    (:meth:`settle` records which). A copy therefore never holds values ahead of the source
+    offset it records. Records at or below the copy's changelog offset are skipped, so
+    re-reading is harmless.
 
     Fencing: records of an epoch below the newest one seen (kept with the copy) are ignored,
     and a closed batch whose source offset the copy has already reached only moves its
@@ -69,13 +70,12 @@ class ChangelogFollower:
         self.writer = writer
         self._pending: list[Any] = []
         self._batch: bytes | None = None
-        self._collecting = False  # the current batch's first record was read
+        self._collecting = False  # collecting the current batch's records to apply it
+        self._open = False  # the current batch has not been closed yet
         self._epoch = writer.changelog_epoch()
+        # The batch the copy's position is inside of: its records before it were not applied.
+        self._unfinished = writer.unfinished_batch()
         self._read: int | None = None  # the last changelog offset read
-        # Whether batches are read from their start. Not yet for a copy that resumes from a
-        # position (it may be inside a batch); from offset 0, or once a batch has begun after
-        # the position, every batch is, though compaction may have removed its first record.
-        self._from_start = writer.changelog_offset() is None
         self.fenced = 0  # records ignored as a previous owner's
 
     def feed(self, messages: Iterable[Any]) -> int:
@@ -95,19 +95,18 @@ class ChangelogFollower:
             if epoch > self._epoch or batch != self._batch:
                 if self._closed_by(headers.get(FOLDED_FROM_HEADER)):
                     applied += self._apply(int(self._batch), self._pending[-1].offset())  # type: ignore[arg-type]
-                self._from_start = self._from_start or self._batch is not None
                 self._pending.clear()
                 self._epoch, self._batch = epoch, batch
-                # Records written before batches were marked (no epoch either) start one here.
-                self._collecting = (
-                    self._from_start or BATCH_START_HEADER in headers or EPOCH_HEADER not in headers
-                )
+                self._open = True
+                # Whether or not compaction left its first record: a batch is read from its
+                # start unless the copy stopped inside it.
+                self._collecting = _batch_id(epoch, batch) != self._unfinished
             if not self._collecting:
                 continue
             self._pending.append(message)
             if BATCH_END_HEADER in headers and batch is not None:
                 applied += self._apply(int(batch), message.offset())
-                self._collecting = False
+                self._collecting = self._open = False
         return applied
 
     def _closed_by(self, folded_from: bytes | None) -> bool:
@@ -133,7 +132,8 @@ class ChangelogFollower:
         """
         done = self.writer.changelog_offset()
         if self._read is not None and (done is None or self._read > done):
-            self.writer.note_changelog(self._read, self._epoch)
+            unfinished = _batch_id(self._epoch, self._batch) if self._open else None
+            self.writer.note_changelog(self._read, self._epoch, unfinished)
         self._pending.clear()
         self._collecting = False
 
@@ -150,6 +150,10 @@ class ChangelogFollower:
         self.writer.commit(reached, changelog_offset=changelog_offset, changelog_epoch=self._epoch)
         self._pending.clear()
         return applied
+
+
+def _batch_id(epoch: int, batch: bytes | None) -> bytes:
+    return b"%d:%s" % (epoch, batch or b"")
 
 
 def open_copy(state_dir: Path, store: str, layout: StoreLayout, partition: int) -> RocksDBWriter:

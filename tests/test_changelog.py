@@ -186,3 +186,16 @@ def test_a_batch_cut_short_is_dropped_when_the_next_was_folded_from_before_it(
     )
     assert _restore(broker.bootstrap, tmp_path, layout) == 4
     assert _copy(tmp_path, layout) == ({b"a": b"a@22", b"b": b"b@10", b"c": b"c@15"}, 22)
+
+
+def test_a_copy_resuming_between_batches_applies_one_whose_first_record_is_gone(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A standby that was away while compaction ran resumes after the last batch it applied;
+    the next batch may have lost its first record, and is applied all the same."""
+    layout = _layout(broker, "resumed")
+    _send(broker.bootstrap, layout.changelog_topic, [(1, 10, b"a", b"a@10", "<>", -1)])
+    assert _restore(broker.bootstrap, tmp_path, layout) == 1
+    _send(broker.bootstrap, layout.changelog_topic, [(1, 20, b"b", b"b@20", ">", 10)])
+    assert _restore(broker.bootstrap, tmp_path, layout) == 1
+    assert _copy(tmp_path, layout) == ({b"a": b"a@10", b"b": b"b@20", b"c": None}, 20)

@@ -33,6 +33,7 @@ META_CF = "__foldstream__"
 _OFFSET = b"source-offset"
 _CHANGELOG_OFFSET = b"changelog-offset"
 _CHANGELOG_EPOCH = b"changelog-epoch"
+_UNFINISHED_BATCH = b"changelog-unfinished-batch"
 _IDENTITY = b"identity"
 _DELETED = object()
 log = logging.getLogger(__name__)
@@ -147,6 +148,12 @@ class _RocksDBPartition(PartitionReader):
         raw = self._meta.get(_CHANGELOG_EPOCH)
         return 0 if raw is None else int(raw)
 
+    def unfinished_batch(self) -> bytes | None:
+        """The changelog batch the copy's position is inside of (see
+        :meth:`RocksDBWriter.note_changelog`), None when it is between batches."""
+        raw: bytes | None = self._meta.get(_UNFINISHED_BATCH)
+        return raw
+
     def close(self) -> None:
         # Column family objects keep the DB (and its lock) alive until they are dropped too.
         self.__dict__.pop("_meta", None)
@@ -223,11 +230,17 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         self._put_changelog(batch, changelog_offset, changelog_epoch)
         self._db.write(batch)
 
-    def note_changelog(self, offset: int, epoch: int) -> None:
-        """Record changelog records up to ``offset`` as seen (none of them to be applied) and
-        ``epoch`` as the newest writer epoch seen, leaving values and source offset alone."""
+    def note_changelog(self, offset: int, epoch: int, unfinished: bytes | None = None) -> None:
+        """Record changelog records up to ``offset`` as seen (none of them to be applied),
+        ``epoch`` as the newest writer epoch seen and ``unfinished`` as the batch that
+        ``offset`` is inside of (its records after it are not to be applied either), leaving
+        values and source offset alone."""
         batch = WriteBatch(raw_mode=True)
         self._put_changelog(batch, offset, epoch)
+        if unfinished is None:
+            batch.delete(_UNFINISHED_BATCH, self._meta_handle)
+        else:
+            batch.put(_UNFINISHED_BATCH, unfinished, self._meta_handle)
         self._db.write(batch)
 
     def _put_changelog(self, batch: WriteBatch, offset: int | None, epoch: int | None) -> None:
