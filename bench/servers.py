@@ -44,7 +44,7 @@ def minimal_app(
     from rocksdict import AccessType, Rdict
 
     from foldstream.state import partition_path
-    from foldstream.state.rocksdb import store_options
+    from foldstream.state.format import store_options
 
     dbs = [
         Rdict(

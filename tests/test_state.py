@@ -3,10 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rocksdict import AccessType, Options, Rdict
+from rocksdict import Options, Rdict
 
 from foldstream.errors import StateCorrupted
 from foldstream.state import RocksDBReader, RocksDBWriter
+from foldstream.state.format import TABLE_FORMAT, stamped_format
+from foldstream.state.rocksdb import META_CF
 
 
 def test_values_and_offset_commit_together(tmp_path: Path) -> None:
@@ -60,30 +62,46 @@ def test_reopening_a_partition_leaves_no_files_behind(tmp_path: Path) -> None:
     assert len(files) < 30, files
 
 
-def test_a_partition_in_the_old_format_is_moved_aside_and_starts_empty(
+def test_a_partition_in_the_old_format_is_converted_in_place(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Directories written before PlainTable (block-based, unstamped) cannot be opened with
-    today's options: a writer moves them aside, so the partition is restored from its
-    changelog, and a reader says what will happen instead of RocksDB's 'Corruption'."""
+    today's options: a writer converts them, values and metadata as they are, and a reader
+    says what will happen instead of RocksDB's 'Corruption'."""
     path = tmp_path / "stores" / "s" / "p0000"
-    old = Rdict(str(path), options=Options(raw_mode=True))
+    block_based = Options(raw_mode=True)  # rocksdict's defaults, as foldstream used them
+    block_based.create_missing_column_families(True)
+    old = Rdict(str(path), options=block_based, column_families={META_CF: block_based})
     old[b"k"] = b"old value"
+    old.get_column_family(META_CF)[b"source-offset"] = b"7"
+    old.get_column_family(META_CF)[b"identity"] = b"t/0"
     old.close()
     with pytest.raises(StateCorrupted, match="'block-based' format"):
         RocksDBReader(path)
     writer = RocksDBWriter(path, identity="t/0")
-    assert writer.get(b"k") is None
-    assert writer.applied_offset() is None
+    assert (writer.get(b"k"), writer.applied_offset()) == (b"old value", 7)
     writer.put(b"k", b"new value")
-    writer.commit(7)
+    writer.commit(8)
     writer.close()
-    (aside,) = [p for p in path.parent.iterdir() if p != path]
-    assert aside.name.startswith("p0000.block-based.")
-    assert "moved aside" in caplog.text
-    reread = Rdict(str(aside), options=Options(raw_mode=True), access_type=AccessType.read_only())
-    assert reread[b"k"] == b"old value"
-    reread.close()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["p0000"]
+    assert stamped_format(path) == TABLE_FORMAT
+    assert "converted" in caplog.text
     reader = RocksDBReader(path)
-    assert (reader.get(b"k"), reader.applied_offset()) == (b"new value", 7)
+    assert (reader.get(b"k"), reader.applied_offset()) == (b"new value", 8)
     reader.close()
+
+
+def test_a_conversion_cut_short_by_a_crash_is_finished(tmp_path: Path) -> None:
+    """Converted into ``<partition>.converting`` and swapped in by two renames: a crash
+    between them leaves no partition directory, only the finished conversion."""
+    path = tmp_path / "p0000"
+    writer = RocksDBWriter(path, identity="t/0")
+    writer.put(b"k", b"v")
+    writer.commit(3)
+    writer.close()
+    path.rename(tmp_path / "p0000.converting")
+    (tmp_path / "p0000.replaced").mkdir()  # what the first rename left
+    writer = RocksDBWriter(path, identity="t/0")
+    assert (writer.get(b"k"), writer.applied_offset()) == (b"v", 3)
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p0000"]

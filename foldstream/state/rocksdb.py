@@ -1,10 +1,8 @@
 """RocksDB state (rocksdict, raw bytes): data in the default column family, foldstream's own
 reserved keys (source offset, identity stamp) in a metadata column family.
 
-Partitions are written in RocksDB's PlainTable format (see :func:`store_options`). A directory
-is stamped with that format (:data:`FORMAT_FILE`) before its database is created, so one written
-in another format is recognised without opening it: a writer moves it aside and starts empty,
-and the partition is restored from its changelog like any empty copy.
+Partitions are written in RocksDB's PlainTable format, stamped in each directory before its
+database is created (:mod:`.format`); a writer converts a directory in an earlier format first.
 """
 
 from __future__ import annotations
@@ -16,18 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from rocksdict import (
-    AccessType,
-    Options,
-    PlainTableFactoryOptions,
-    Rdict,
-    SliceTransform,
-    WriteBatch,
-)
+from rocksdict import AccessType, Rdict, WriteBatch
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from foldstream.errors import StateCorrupted
 from foldstream.state.base import PartitionReader, PartitionWriter
+from foldstream.state.format import TABLE_FORMAT, prepare_for_writer, stamped_format, store_options
 
 META_CF = "__foldstream__"
 _OFFSET = b"source-offset"
@@ -44,77 +36,13 @@ def partition_path(state_dir: Path, store: str, partition: int) -> Path:
     return Path(state_dir) / "stores" / store / f"p{partition:04d}"
 
 
-#: RocksDB info logs kept per partition. Each open starts a new one, and partitions are
-#: reopened at every takeover and, read-only, by snapshots: unbounded, old ones pile up.
-KEPT_INFO_LOGS = 2
-WRITE_BUFFER_BYTES = 8 << 20
-
-
-#: The on-disk format of every partition, stamped in :data:`FORMAT_FILE` of its directory.
-#: Directories without a stamp were written by foldstream before 2026-11-24 (block-based).
-TABLE_FORMAT = "plain-table/1"
-FORMAT_FILE = "FOLDSTREAM-FORMAT"
-_UNSTAMPED_FORMAT = "block-based"
-
-
-def store_options() -> Options:
-    """The options every partition database is opened with (also needed to read one)."""
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.create_missing_column_families(True)
-    options.set_keep_log_file_num(KEPT_INFO_LOGS)
-    # Writers stay open for as long as an instance owns a partition: bound each partition's
-    # memtables (the default is 64 MB each) so that many partitions fit an instance's budget.
-    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
-    # Stores are only ever read by point lookups, never iterated. PlainTable (memory-mapped
-    # files, a hash index over whole keys) answered random multi-gets over 1M keys in 0.96 us
-    # per key, where block-based tables took 2.4-2.7 us with or without bloom filters, hashed
-    # data-block indexes, bigger caches or full compaction. Its cost: files are uncompressed
-    # (about 3x the disk) and carry no block checksums; the changelog is the copy of record.
-    # The index is stored in the file, or every open would rebuild it by scanning (~20 ms).
-    table = PlainTableFactoryOptions()
-    table.store_index_in_file = True  # type: ignore[attr-defined]  # missing from the stubs
-    options.set_plain_table_factory(table)
-    options.set_prefix_extractor(SliceTransform.create_noop())
-    options.set_allow_mmap_reads(True)
-    return options
-
-
-def _stamped_format(path: Path) -> str | None:
-    """The format a partition directory holds, None if it holds no database yet."""
-    if not (path / "CURRENT").exists():
-        return None
-    stamp = path / FORMAT_FILE
-    return stamp.read_text().strip() if stamp.exists() else _UNSTAMPED_FORMAT
-
-
-def _prepare_for_writer(path: Path) -> None:
-    found = _stamped_format(path)
-    if found == TABLE_FORMAT:
-        return
-    if found is not None:
-        aside = path.with_name(f"{path.name}.{found.replace('/', '-')}.{time.time_ns()}")
-        path.rename(aside)
-        log.warning(
-            "%s was written in the %r format, not %r: moved aside to %s (delete it at will);"
-            " the partition starts empty and is restored from its changelog",
-            path,
-            found,
-            TABLE_FORMAT,
-            aside,
-        )
-    path.mkdir(parents=True, exist_ok=True)
-    (path / FORMAT_FILE).write_text(TABLE_FORMAT + "\n")
-
-
 def _open(path: Path, access: AccessType | None = None) -> Rdict:
     if access is None:
-        _prepare_for_writer(path)
-    elif (found := _stamped_format(path)) != TABLE_FORMAT:
+        prepare_for_writer(path)
+    elif (found := stamped_format(path)) != TABLE_FORMAT:
         raise StateCorrupted(
             f"{path} holds a database in the {found!r} format, not {TABLE_FORMAT!r}: it is"
-            " moved aside and restored from its changelog when this instance next holds the"
-            " partition"
+            " converted in place when this instance next opens the partition for writing"
         )
     # Every column family must be named at open, or a secondary cannot follow the primary.
     kwargs = {"access_type": access} if access is not None else {}
