@@ -37,6 +37,8 @@ from foldstream.state import PartitionWriter
 from foldstream.state.host import PartitionClosed, RemotePartition
 
 _producers: dict[str, Producer] = {}
+#: How long a task waits for its changelog records' acknowledgements before it fails.
+CHANGELOG_ACK_TIMEOUT_S = 30
 
 
 def _producer(bootstrap: str) -> Producer:
@@ -48,7 +50,13 @@ def _producer(bootstrap: str) -> Producer:
                 bootstrap,
                 linger_ms=2,
                 # A rebuild sends up to a key per record: room for whole micro-batches.
-                **{"queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10_000},
+                # Records still queued when their task gives up must never land later, after
+                # the retry's: they expire first (librdkafka then drops them for good).
+                **{
+                    "queue.buffering.max.messages": 1_000_000,
+                    "batch.num.messages": 10_000,
+                    "message.timeout.ms": CHANGELOG_ACK_TIMEOUT_S * 1000 * 2 // 3,
+                },
             )
         )
         _producers[bootstrap] = producer
@@ -200,7 +208,7 @@ def fold_partition(
                 headers=marked.get(key, headers),
                 on_delivery=on_delivery,
             )
-        if producer.flush(30) or errors:
+        if producer.flush(CHANGELOG_ACK_TIMEOUT_S) or errors:
             raise BrokerUnavailable(f"changelog {topic}/{partition} not acknowledged: {errors[:3]}")
         changelog_offset = changelog_position(writer.changelog_offset(), landed)
     writer.commit(last_offset, changelog_offset=changelog_offset)
