@@ -56,7 +56,7 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     And the owner of "pause-0" in store "stock" is paused mid-fold until others wrote to its partitions
     And the writer appends 100 more rounds and stops
     Then every copy of store "stock" holds the fold of its partition's events
-    And the paused instance gave its partitions up on resuming
+    And the paused instance gave its partitions of store "stock" up on resuming
 
   Scenario: Killing an owner under query load: its keys are answered again, never wrongly
     Given products "fail-1" to "fail-40" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn

@@ -186,6 +186,7 @@ class ClusterState:
     before: dict[str, Any] = field(default_factory=dict)  # the map before a kill or a join
     victim: str = ""
     log_offset: int = 0
+    held: list[int] = field(default_factory=list)  # the victim's partitions when it was paused
 
     def live(self) -> list[InstanceProcess]:
         assert self.members, "no cluster in this scenario: start with 'Given a cluster of ...'"
