@@ -64,8 +64,8 @@ def stamped_format(path: Path) -> str | None:
     """The format a partition directory holds, None if it holds no database yet."""
     if not (path / "CURRENT").exists():
         return None
-    stamp = path / FORMAT_FILE
-    return stamp.read_text().strip() if stamp.exists() else BLOCK_BASED
+    stamped = _stamp_of(path)
+    return BLOCK_BASED if stamped is None else stamped
 
 
 def prepare_for_writer(path: Path) -> None:
