@@ -136,6 +136,7 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
         .appName(app_name)
         .config("spark.sql.streaming.checkpointFileManagerClass", FAST_CHECKPOINTS)
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "foldstream.projections.daemon")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -32,7 +32,7 @@ from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import decode_headers
-from foldstream.projections.worker import arrow_without_pandas, gc_paused
+from foldstream.projections.worker import after_task, arrow_without_pandas, gc_paused
 from foldstream.state import PartitionWriter
 from foldstream.state.host import PartitionClosed, RemotePartition
 
@@ -247,8 +247,10 @@ def fold_task(
     producer = _producer(options["bootstrap"]) if changelog_topic else None
     applied: dict[int, tuple[int, int]] = {}
     moved: set[int] = set()
+    handled = 0
     with gc_paused():
         for partition, records in partition_chunks(batches):
+            handled += len(records)
             if partition in moved:
                 continue
             try:
@@ -268,4 +270,5 @@ def fold_task(
             if done is not None:
                 count, offset = done
                 applied[partition] = (applied.get(partition, (0, offset))[0] + count, offset)
+    after_task(handled)
     return applied

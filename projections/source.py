@@ -27,7 +27,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
 from foldstream.offsets import EndOffsets
-from foldstream.projections.worker import arrow_without_pandas, gc_paused
+from foldstream.projections.worker import after_task, arrow_without_pandas, gc_paused
 
 #: :data:`~foldstream.projections.datasources.SCHEMA` in Arrow types.
 ARROW_SCHEMA = pa.schema(
@@ -275,6 +275,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 partition.spans,
                 fetch_wait_max_ms=self.fetch_wait_max_ms,
             )
+        after_task(sum(span.size for span in partition.spans))
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the sink stores source offsets with the state it writes."""

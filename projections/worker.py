@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -29,6 +31,31 @@ def gc_paused() -> Iterator[None]:
 
 
 _frozen = False
+
+#: Tasks that handled at least this many records hand their freed memory back afterwards.
+LARGE_TASK_RECORDS = 20_000
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
+        return None
+
+
+_trim = _malloc_trim()
+
+
+def after_task(records: int) -> None:
+    """Return the heap a large task left free to the system (glibc's ``malloc_trim``).
+
+    Workers are reused for every micro-batch. After a task of a large micro-batch (a rebuild,
+    a restore's catch-up) glibc keeps tens of MB of freed heap in each of them (about 30 MB
+    after reading 250k records): memory the instance holds for nothing until the next large
+    task. Trimming costs 0.5-2 ms, so small tasks skip it.
+    """
+    if _trim is not None and records >= LARGE_TASK_RECORDS:
+        _trim(0)
 
 
 @contextlib.contextmanager

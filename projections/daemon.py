@@ -1,0 +1,30 @@
+"""Spark's Python worker daemon (``spark.python.daemon.module``), with what every task worker
+imports loaded before it forks them.
+
+Spark forks each Python worker from a daemon that has imported little. Each task worker then
+imports pyarrow, confluent-kafka and the projection modules on its own: about 20 MB of private
+memory per worker, and an instance runs four of them (a reader and a writer per core). Imported
+here, those pages are shared by all the forked workers. Daemons of Spark's other Python workers
+(data source planning, streaming sink commits) are left as they are: they import none of it.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+from pyspark.daemon import manager
+
+TASK_WORKER = "pyspark.worker"
+
+if __name__ == "__main__":
+    if sys.argv[1:2] in ([], [TASK_WORKER]):
+        import confluent_kafka  # noqa: F401
+        import pyarrow  # noqa: F401
+
+        import foldstream.projections.sink  # noqa: F401
+        import foldstream.projections.source  # noqa: F401
+
+        # Keep the collector from touching (and so copying) the shared pages in every worker.
+        gc.freeze()
+    manager()
