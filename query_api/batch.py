@@ -10,7 +10,7 @@ nobody can answer right now (retry). One request amortises the HTTP cost over ma
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from json.encoder import encode_basestring_ascii
 
 from starlette.requests import Request
@@ -26,17 +26,33 @@ from foldstream.routing import Local, Locator, Redirect
 MAX_KEYS = 10_000
 
 
-def _keys(body: bytes) -> list[str] | str:
-    """The requested keys, or what is wrong with the body."""
+class BadBatch(ValueError):
+    """The body of a batch lookup is not a JSON list of at most :data:`MAX_KEYS` keys
+    (strings). Remedy: send ``["<key>", ...]``, splitting longer lists over several requests."""
+
+
+def _keys(body: bytes) -> list[bytes]:
+    """The UTF-8 bytes of the requested keys, each once; :class:`BadBatch` if the body is no
+    JSON list of at most :data:`MAX_KEYS` strings."""
     try:
         keys = json.loads(body)
     except ValueError as exc:
-        return f"malformed JSON: {exc}"
-    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-        return "the body must be a JSON list of keys (strings)"
+        raise BadBatch(f"malformed JSON: {exc}") from None
+    if not isinstance(keys, list):
+        raise BadBatch(_NOT_KEYS)
     if len(keys) > MAX_KEYS:
-        return f"at most {MAX_KEYS} keys per request, got {len(keys)}"
-    return keys
+        raise BadBatch(f"at most {MAX_KEYS} keys per request, got {len(keys)}")
+    try:
+        # str.encode refuses anything but a string (dict.fromkeys refused lists and objects).
+        return list(map(str.encode, dict.fromkeys(keys)))
+    except TypeError:
+        raise BadBatch(_NOT_KEYS) from None
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800"): no UTF-8 key has it
+        raise BadBatch(f"keys must be valid Unicode: {exc}") from None
+
+
+_NOT_KEYS = "the body must be a JSON list of keys (strings)"
+_PLAIN_ENTRY = b'"%s":%s'.__mod__
 
 
 def _json(value: object, empty: bytes) -> bytes:
@@ -44,50 +60,72 @@ def _json(value: object, empty: bytes) -> bytes:
     return json.dumps(value).encode() if value else empty
 
 
+def _decoded(keys: list[bytes]) -> list[str]:
+    return [key.decode() for key in keys]
+
+
+def batch_answer(current: StoreReaders, route: Locator, store: str, body: bytes) -> bytes:
+    """The JSON answer to a batch lookup of the keys in ``body`` from ``store``.
+
+    Raises :class:`BadBatch` (a 400) or :class:`~foldstream.errors.StoreNotFound` (a 404).
+    """
+    raw = _keys(body)
+    info = current.info(store)
+    # A body of ASCII without escapes has keys whose JSON is their bytes in quotes: the answer
+    # is then built without encoding each key again (a tenth of a 100-key batch's CPU).
+    plain = body.isascii() and b"\\" not in body
+    found: list[bytes] = []
+    missing: list[str] = []
+    elsewhere: dict[str, list[str]] = {}
+    unavailable: list[str] = []
+    by_partition: list[list[bytes]] = [[] for _ in range(info.partitions)]
+    for partition, key in zip(
+        partitions_for(raw, info.partitions, info.partitioner), raw, strict=True
+    ):
+        by_partition[partition].append(key)
+    for partition, wanted in enumerate(by_partition):
+        if not wanted:
+            continue
+        location = route.locate(info.topic, partition)
+        if isinstance(location, Redirect):
+            elsewhere.setdefault(location.url, []).extend(_decoded(wanted))
+            continue
+        if not isinstance(location, Local):
+            unavailable += _decoded(wanted)
+            continue
+        values = current.get_many(store, partition, wanted)
+        pairs: Iterable[tuple[bytes, bytes | None]] = zip(wanted, values, strict=True)
+        if None in values:
+            pairs = list(pairs)
+            missing += [key.decode() for key, value in pairs if value is None]
+            pairs = [pair for pair in pairs if pair[1] is not None]
+        if plain:
+            found += map(_PLAIN_ENTRY, pairs)
+        else:
+            found += [
+                b"%s:%s" % (encode_basestring_ascii(key.decode()).encode(), value)
+                for key, value in pairs
+            ]
+    return b'{"values":{%s},"missing":%s,"elsewhere":%s,"unavailable":%s}' % (
+        b",".join(found),
+        _json(missing, b"[]"),
+        _json(elsewhere, b"{}"),
+        _json(unavailable, b"[]"),
+    )
+
+
 def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locator]) -> Route:
     """``POST /stores/{store}/keys`` over the readers returned by ``readers()``."""
 
     async def get_keys(request: Request) -> Response:
-        store = request.path_params["store"]
-        keys = _keys(await request.body())
-        if isinstance(keys, str):
-            return error_response(400, keys)
-        current = readers()
         try:
-            info = current.info(store)
+            body = batch_answer(
+                readers(), locator(), request.path_params["store"], await request.body()
+            )
+        except BadBatch as exc:
+            return error_response(400, str(exc))
         except StoreNotFound as exc:
             return error_response(404, str(exc))
-        route = locator()
-        found: list[bytes] = []
-        missing: list[str] = []
-        elsewhere: dict[str, list[str]] = {}
-        unavailable: list[str] = []
-        by_partition: dict[int, list[str]] = {}
-        unique = list(dict.fromkeys(keys))
-        raw = [key.encode() for key in unique]
-        for key, partition in zip(
-            unique, partitions_for(raw, info.partitions, info.partitioner), strict=True
-        ):
-            by_partition.setdefault(partition, []).append(key)
-        for partition, wanted in by_partition.items():
-            location = route.locate(info.topic, partition)
-            if isinstance(location, Redirect):
-                elsewhere.setdefault(location.url, []).extend(wanted)
-            elif not isinstance(location, Local):
-                unavailable.extend(wanted)
-            else:
-                values = current.get_many(store, partition, [k.encode() for k in wanted])
-                for key, value in zip(wanted, values, strict=True):
-                    if value is None:
-                        missing.append(key)
-                    else:
-                        found.append(encode_basestring_ascii(key).encode() + b":" + value)
-        body = b'{"values":{%s},"missing":%s,"elsewhere":%s,"unavailable":%s}' % (
-            b",".join(found),
-            _json(missing, b"[]"),
-            _json(elsewhere, b"{}"),
-            _json(unavailable, b"[]"),
-        )
         return Response(body, media_type="application/json")
 
     return Route("/stores/{store}/keys", get_keys, methods=["POST"])

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 from foldstream.errors import StoreNotFound
+from foldstream.query_api.batch import BadBatch, batch_answer
 from foldstream.query_api.http import found_body, served_by_json
 from foldstream.query_api.stores import StoreReaders
 from foldstream.routing import MAX_HOPS, Local, Locator, Redirect, redirect_target
 
 _PREFIX = "/stores/"
 _KEYS = "/keys/"
+_BATCH = "/keys"
 _JSON = (b"content-type", b"application/json")
 _NO_STORE = (b"cache-control", b"no-store")
 # The query string of a redirected lookup: one small hop count, nothing else.
@@ -88,6 +90,22 @@ class FastLookups:
         if value is None:
             return None
         return 200, [_JSON], found_body(key, value, served_by_json(location, partition))
+
+    def answer_batch(self, path: str, body: bytes) -> bytes | None:
+        """The body of a 200 answering a batch lookup (``POST`` of ``body`` to ``path``), or
+        None if ``path`` is no store's batch path or the app should answer (an error)."""
+        if not path.startswith(_PREFIX) or not path.endswith(_BATCH):
+            return None
+        store = path[len(_PREFIX) : -len(_BATCH)]
+        if not store or "/" in store:
+            return None
+        try:
+            stores, locator = self.readers(), self.locator()
+            if stores is None or locator is None:
+                return None
+            return batch_answer(stores, locator, store, body)
+        except (RuntimeError, StoreNotFound, BadBatch):
+            return None
 
 
 def _hops(query_string: bytes) -> int | None:

@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from foldstream.direct_routes import DirectRoutes
 from foldstream.kafka import partition_for
 from foldstream.query_api import StoreReaders, query_routes
+from foldstream.query_api.batch import MAX_KEYS
 from foldstream.query_api.stores import StoreInfo
 from foldstream.routing import LocalOnly
 from foldstream.state import RocksDBWriter, partition_path
@@ -96,9 +97,38 @@ def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path, direct: bo
         assert status == 200 and body["values"] == {} and body["unavailable"] == ["a"]
         owned.add(partition_for(b"a", 2))
         assert call(app, "POST", "/stores/nope/keys", b'["a"]')[0] == 404
-        for bad in (b"{", b'{"a": 1}', b"[1]"):
+        # Keys written plainly, and the same keys escaped in the request's JSON.
+        for request in (b'["a","c","a"]', b'["\\u0061","c","a"]'):
+            status, body = call(app, "POST", "/stores/kv/keys", request)
+            assert status == 200 and body["values"] == {"a": {"n": 1}, "c": [1, 2]}, request
+        for bad in (b"{", b'{"a": 1}', b"[1]", b"[[1]]", b'["a", null]', b'["\\ud800"]'):
             status, body = call(app, "POST", "/stores/kv/keys", bad)
-            assert status == 400 and body["error"]
+            assert status == 400 and body["error"], bad
+        too_many = json.dumps([f"k{n}" for n in range(MAX_KEYS + 1)]).encode()
+        status, body = call(app, "POST", "/stores/kv/keys", too_many)
+        assert status == 400 and str(MAX_KEYS) in body["error"]
+    finally:
+        readers.close()
+
+
+def test_keys_needing_escapes_come_back_as_sent(tmp_path: Path) -> None:
+    """Keys with quotes, backslashes, control and non-ASCII characters are answered under the
+    same keys, whether the request escaped them or (non-ASCII) sent them as UTF-8."""
+    keys = ['q"uote', "back\\slash", "tab\t", "caf\u00e9", "\U0001f600", "del\x7f", "plain"]
+    readers = write_store(tmp_path, {key: json.dumps(n).encode() for n, key in enumerate(keys)})
+    app = Starlette(
+        routes=query_routes(
+            lambda: readers, lambda: LocalOnly(lambda: {0, 1}), lambda: (True, {}), dict
+        )
+    )
+    expected = {key: n for n, key in enumerate(keys)}
+    try:
+        for request in (json.dumps(keys), json.dumps(keys, ensure_ascii=False)):
+            status, body = call(app, "POST", "/stores/kv/keys", request.encode())
+            assert status == 200 and body["values"] == expected, request
+        # JSON allows DEL unescaped: a request without escapes may carry it as it is.
+        status, body = call(app, "POST", "/stores/kv/keys", b'["del\x7f", "plain"]')
+        assert status == 200 and body["values"] == {"del\x7f": 5, "plain": 6}
     finally:
         readers.close()
 

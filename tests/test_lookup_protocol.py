@@ -3,7 +3,9 @@ the same app, over real sockets; requests the fast path does not take reach the 
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,6 +103,48 @@ def test_found_keys_and_redirects_are_answered_in_the_protocol(
     )
 
 
+def _post(path: str, body: bytes, extra: str = "") -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+    return head.encode() + body
+
+
+def test_batch_lookups_are_answered_in_the_protocol(servers: tuple[str, str, list[str]]) -> None:
+    plain, fast, passed_on = servers
+    keys = json.dumps(["k-0", "k-1", "k-2", "zz", "k-0"]).encode()
+    requests = [_post("/stores/kv/keys", keys), _post("/stores/kv/keys?hops=1", b"[]")]
+    for request in requests:
+        expected = _exchange(plain, request)
+        passed_on.clear()
+        assert _exchange(fast, request) == expected, request
+        assert passed_on == [], request
+    status, headers, body = _exchange(fast, requests[0])[0]
+    assert status == b"HTTP/1.1 200 OK"
+    assert headers[b"content-type"] == b"application/json"
+    answer = json.loads(body)
+    assert answer["missing"] == ["zz"], answer
+    assert set(answer["values"]) | {k for ks in answer["elsewhere"].values() for k in ks} == {
+        "k-0",
+        "k-1",
+        "k-2",
+    }
+    # A body sent in pieces, and batches kept alive and pipelined with lookups on one connection.
+    mixed = requests[0] + _get(f"/stores/kv/keys/{_key(0)}") + requests[0]
+    expected = [_exchange(plain, requests[0]), _exchange(plain, mixed, 3)]
+    passed_on.clear()
+    split = requests[0][:-3], requests[0][-3:]
+    assert [_exchange_in_pieces(fast, split), _exchange(fast, mixed, 3)] == expected
+    assert passed_on == []
+
+
+def _exchange_in_pieces(url: str, pieces: tuple[bytes, ...]) -> list[Response]:
+    address = urllib.parse.urlsplit(url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as connection:
+        for piece in pieces:
+            connection.sendall(piece)
+            time.sleep(0.05)  # so the server reads the pieces apart
+        return [_read_response(connection.makefile("rb"), False)]
+
+
 @pytest.mark.parametrize(
     "request_bytes",
     [
@@ -112,7 +156,14 @@ def test_found_keys_and_redirects_are_answered_in_the_protocol(
         _get(f"/stores/kv/keys/{_key(0)}", "Connection: close\r\n"),
         _get(f"/stores/kv/keys/{_key(0)}", "Expect: 100-continue\r\n"),
         f"HEAD /stores/kv/keys/{_key(0)} HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
-        b'POST /stores/kv/keys HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n["k-0"]',
+        _post("/stores/kv/keys", b'["k-0"'),  # malformed: 400 from the route
+        _post("/stores/kv/keys", b'["k-0", 1]'),  # not all strings: 400
+        _post("/stores/nope/keys", b'["k-0"]'),  # no such store: 404
+        _post("/stores/kv/keys", b"[" + b'"k-0",' * 50_000 + b'"k-1"]'),  # too long to read here
+        _post("/stores/k%76/keys", b'["k-0"]'),  # percent-encoded
+        _post("/stores/kv/keys", b'["k-0"]', "Expect: 100-continue\r\n"),
+        b"POST /stores/kv/keys HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'7\r\n["k-0"]\r\n0\r\n\r\n',
         _get("/health"),
     ],
     ids=lambda r: r.split(b"\r\n")[0].decode() + ("+" + r.split(b"\r\n")[2].decode()),
@@ -138,6 +189,8 @@ def test_a_failing_fast_path_leaves_the_request_to_the_app(tmp_path: Path) -> No
     try:
         with uvicorn_thread(app, http=lookup_protocol(app)) as fast:
             status, _, body = _exchange(fast, _get("/stores/kv/keys/k-0"))[0]
+            assert status == b"HTTP/1.1 500 Internal Server Error", body
+            status, _, body = _exchange(fast, _post("/stores/kv/keys", b'["k-0"]'))[0]
             assert status == b"HTTP/1.1 500 Internal Server Error", body
             assert _exchange(fast, _get("/health"))[0][0] == b"HTTP/1.1 200 OK"
     finally:

@@ -31,6 +31,9 @@ class LagMeter:
         self.replicas = replicas
         self.ends = dict(ends)
         self.last: dict[str, int] = {}
+        # ``last`` and its lag per (topic, partition), computed on first use: every lookup asks.
+        # One tuple, replaced whole, so a reader never pairs a figure with another measurement.
+        self._by_partition: tuple[dict[str, int], dict[tuple[str, int], int | None]] = ({}, {})
         self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
         self._last_spans: dict[tuple[str, int], tuple[int, int]] = {}
 
@@ -53,6 +56,7 @@ class LagMeter:
             if standby_lag is not None:
                 lag[f"{store}/{p}"] = standby_lag
         self.last = lag
+        self._by_partition = (lag, {})
         return lag
 
     def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
@@ -76,13 +80,20 @@ class LagMeter:
     def local(self, topic: str, partition: int, *, live: bool = False) -> int | None:
         """This instance's lag on ``partition`` of ``topic`` as last measured, or with ``live``
         the standby copies' lag right now where they have one."""
-        lag = self.last
-        if live:
-            lag = dict(lag)
-            for store, layout in self.stores.items():
-                current = self.replicas.lag(store, partition)
-                if layout.source_topic == topic and current is not None:
-                    lag[f"{store}/{partition}"] = current
+        if not live:
+            measured, lags = self._by_partition
+            try:
+                return lags[(topic, partition)]
+            except KeyError:
+                found = lags[(topic, partition)] = partition_lag(
+                    measured, self.stores, topic, partition
+                )
+                return found
+        lag = dict(self.last)
+        for store, layout in self.stores.items():
+            current = self.replicas.lag(store, partition)
+            if layout.source_topic == topic and current is not None:
+                lag[f"{store}/{partition}"] = current
         return partition_lag(lag, self.stores, topic, partition)
 
 
