@@ -3,6 +3,7 @@ over an authenticated local connection, and read by lookups directly."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from multiprocessing import AuthenticationError
 from pathlib import Path
@@ -128,3 +129,36 @@ def test_a_hold_writes_above_every_epoch_its_copy_has_seen(host: StoreHost) -> N
     assert host.open("kv", 0, identity="t/0", epoch=9) == 2  # already held: unchanged
     host.close([("kv", 0)])
     assert host.open("kv", 0, identity="t/0", epoch=9) == 9
+
+
+def test_a_partition_left_idle_after_writes_has_its_memtable_flushed(tmp_path: Path) -> None:
+    host = StoreHost(state_dir=tmp_path, idle_flush_s=0.2, idle_flush_entries=100)
+    host.start()
+    try:
+        host.open("kv", 0, identity="t/0", epoch=1)
+        host.open("kv", 1, identity="t/1", epoch=1)
+        held = [host.partition("kv", p) for p in (0, 1)]
+        assert held[0] is not None and held[1] is not None
+        tables = [partition_path(tmp_path, "kv", p) for p in (0, 1)]
+        for p, rows in ((0, 500), (1, 10)):  # partition 1: too few writes to be worth a file
+            task = remote(host, [], partition=p)
+            for n in range(rows):
+                task.put(b"k%d" % n, b"v%d" % n)
+            task.commit(rows)
+
+        def table_files(path: Path) -> int:
+            return len(list(path.glob("*.sst")))
+
+        before = [table_files(path) for path in tables]
+        deadline = time.monotonic() + 10
+        while table_files(tables[0]) == before[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert table_files(tables[0]) == before[0] + 1, "the idle partition was not flushed"
+        assert table_files(tables[1]) == before[1]
+        assert [held[0].get(b"k%d" % n) for n in (0, 499)] == [b"v0", b"v499"]
+        assert held[0].applied_offset() == 500
+        # Nothing written since: no more flushes.
+        time.sleep(0.5)
+        assert table_files(tables[0]) == before[0] + 1
+    finally:
+        host.stop()

@@ -21,19 +21,23 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from foldstream.errors import ConfigurationError, FoldstreamError
-from foldstream.state.base import PartitionReader, PartitionWriter
+from foldstream.state.base import PartitionWriter
+from foldstream.state.held import HeldPartition, PartitionClosed
 from foldstream.state.rocksdb import RocksDBWriter, partition_path
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+#: A held partition that no task wrote for this long has its memtable flushed (if it holds at
+#: least as many writes as below): lookups then read table files only.
+IDLE_FLUSH_S = 5.0
+IDLE_FLUSH_ENTRIES = 1000
 
 #: How long a task waits for the host's answer, and a new connection for its handshake.
 REQUEST_TIMEOUT_S = 120.0
@@ -45,135 +49,10 @@ StoreKey = tuple[str, int]
 """``(store, partition)``."""
 
 
-class PartitionClosed(FoldstreamError):
-    """The partition is not held open by this instance (it moved to another one).
-
-    A projection task that planned it before it moved skips it; the new owner resumes from the
-    offset stored with the state. Remedy: none, it ends when the rebalance does.
-    """
-
-
 def _is_lock_held(exc: BaseException) -> bool:
     # RocksDB's messages for a LOCK file held by another process or by this one.
     text = str(exc)
     return "/LOCK:" in text or "lock hold by current process" in text
-
-
-#: Keys per RocksDB multi-get when a task reads: lookups on the event loop wait for the GIL
-#: between chunks instead of for a whole rebuild batch.
-READ_CHUNK = 4096
-
-
-class HoldState(NamedTuple):
-    """Where a held partition stands when a task reads it."""
-
-    token: str  # the hold's: a write from a task that read an earlier hold is refused
-    epoch: int  # stamped on every changelog record written from this hold
-    applied_offset: int | None
-    changelog_offset: int | None
-
-
-class HeldPartition(PartitionReader):
-    """One open partition of a :class:`StoreHost`.
-
-    Lookups read it while a task writes (RocksDB allows both). A task's read and its write
-    exclude other tasks', and a write is refused unless the partition is still the one held
-    when the task read it (:attr:`token`) at the offset it read: a task that outlived its
-    partition's move cannot overwrite newer state. :meth:`close` waits for reads and writes
-    under way. :attr:`epoch` stamps the changelog records the tasks write (see
-    :class:`~foldstream.changelog.ChangelogFollower`).
-    """
-
-    def __init__(self, writer: RocksDBWriter, name: str, epoch: int) -> None:
-        self._writer: RocksDBWriter | None = writer
-        self._name = name
-        self.epoch = epoch
-        self._users = 0
-        self._state = threading.Condition()
-        self._writing = threading.Lock()
-        self.token = secrets.token_hex(8)
-
-    def _enter(self) -> RocksDBWriter:
-        with self._state:
-            writer = self._writer
-            if writer is None:
-                raise PartitionClosed(f"{self._name} is no longer held by this instance")
-            self._users += 1
-            return writer
-
-    def _exit(self) -> None:
-        with self._state:
-            self._users -= 1
-            # Only a close waits (after clearing the writer): notifying on every lookup's exit
-            # cost a batch lookup several microseconds per partition.
-            if not self._users and self._writer is None:
-                self._state.notify_all()
-
-    def _use(self, read: Callable[[RocksDBWriter], T]) -> T:
-        """``read`` applied to the open writer; a close waits until it returned."""
-        writer = self._enter()
-        try:
-            return read(writer)
-        finally:
-            self._exit()
-
-    def get(self, key: bytes) -> bytes | None:
-        return self._use(lambda writer: writer.get(key))
-
-    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        return self._use(lambda writer: writer.get_many(keys))
-
-    def applied_offset(self) -> int | None:
-        return self._use(RocksDBWriter.applied_offset)
-
-    def changelog_offset(self) -> int | None:
-        return self._use(RocksDBWriter.changelog_offset)
-
-    def read(self, keys: list[bytes]) -> tuple[HoldState, list[bytes | None]]:
-        """Where the partition stands and the values of ``keys``."""
-
-        def read_all(writer: RocksDBWriter) -> tuple[HoldState, list[bytes | None]]:
-            values: list[bytes | None] = []
-            for start in range(0, len(keys), READ_CHUNK):
-                values += writer.get_many(keys[start : start + READ_CHUNK])
-            state = HoldState(
-                self.token, self.epoch, writer.applied_offset(), writer.changelog_offset()
-            )
-            return state, values
-
-        with self._writing:
-            return self._use(read_all)
-
-    def write(
-        self,
-        token: str,
-        read_offset: int | None,
-        changes: Mapping[bytes, bytes | None],
-        offset: int,
-        changelog_offset: int | None,
-    ) -> None:
-        """Write what a task folded from the state it read as ``(token, read_offset)``."""
-
-        def write_if_unchanged(writer: RocksDBWriter) -> None:
-            if token != self.token or writer.applied_offset() != read_offset:
-                raise PartitionClosed(f"{self._name} was written or moved since it was read")
-            writer.write(
-                changes, offset, changelog_offset=changelog_offset, changelog_epoch=self.epoch
-            )
-
-        with self._writing:
-            self._use(write_if_unchanged)
-
-    def refresh(self) -> None:
-        return None
-
-    def close(self) -> None:
-        with self._state:
-            writer, self._writer = self._writer, None
-            while self._users:
-                self._state.wait()
-        if writer is not None:
-            writer.close()
 
 
 class StoreHost:
@@ -187,9 +66,19 @@ class StoreHost:
     machines reach.
     """
 
-    def __init__(self, *, state_dir: Path, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        state_dir: Path,
+        host: str = "127.0.0.1",
+        idle_flush_s: float = IDLE_FLUSH_S,
+        idle_flush_entries: int = IDLE_FLUSH_ENTRIES,
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.host = host
+        self.idle_flush_s = idle_flush_s
+        self.idle_flush_entries = idle_flush_entries
+        self._stopped = threading.Event()
         self.authkey = secrets.token_bytes(32)
         self._held: dict[StoreKey, HeldPartition] = {}
         self._lock = threading.Lock()
@@ -208,6 +97,7 @@ class StoreHost:
         bound_host, port = server.getsockname()[:2]
         self.address = f"{bound_host}:{port}"
         threading.Thread(target=self._accept, name="store-host", daemon=True).start()
+        threading.Thread(target=self._flush_idle, name="store-host-flush", daemon=True).start()
 
     def open(
         self, store: str, partition: int, *, identity: str, epoch: int, wait_s: float = 60.0
@@ -262,10 +152,24 @@ class StoreHost:
             return frozenset(self._held)
 
     def stop(self) -> None:
+        self._stopped.set()
         server, self._server = self._server, None
         if server is not None:
             server.close()
         self.close(list(self._held))
+
+    def _flush_idle(self) -> None:
+        """Flush the memtables of partitions no task wrote for a while (see
+        :meth:`HeldPartition.flush_if_idle`)."""
+        while not self._stopped.wait(self.idle_flush_s / 4):
+            for key, held in list(self._held.items()):
+                try:
+                    if held.flush_if_idle(self.idle_flush_s, self.idle_flush_entries):
+                        log.debug("flushed the memtable of idle %s/%s", *key)
+                except PartitionClosed:
+                    pass  # moved meanwhile: closing it flushed it
+                except Exception:  # noqa: BLE001 - lookups still work from the memtable
+                    log.warning("could not flush idle partition %s/%s", *key, exc_info=True)
 
     def _held_or_closed(self, store: str, partition: int) -> HeldPartition:
         held = self._held.get((store, partition))

@@ -27,6 +27,7 @@ _CHANGELOG_OFFSET = b"changelog-offset"
 _CHANGELOG_EPOCH = b"changelog-epoch"
 _UNFINISHED_BATCH = b"changelog-unfinished-batch"
 _IDENTITY = b"identity"
+_MEMTABLE_ENTRIES = "rocksdb.num-entries-active-mem-table"
 _DELETED = object()
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,15 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         for name, number in ((_CHANGELOG_OFFSET, offset), (_CHANGELOG_EPOCH, epoch)):
             if number is not None:
                 batch.put(name, str(number).encode(), self._meta_handle)
+
+    def flush_memtable(self, min_entries: int = 1) -> bool:
+        """Write the values still only in the memtable to a table file if it holds at least
+        ``min_entries`` writes; whether it did. Lookups then probe the file's hash index
+        instead of searching the memtable."""
+        if (self._db.property_int_value(_MEMTABLE_ENTRIES) or 0) < max(min_entries, 1):
+            return False
+        self._db.flush()
+        return True
 
     def close(self) -> None:
         # Flushed, so that the next opener (a read-only snapshot, a standby copy after a
