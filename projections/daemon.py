@@ -6,6 +6,11 @@ imports pyarrow, confluent-kafka and the projection modules on its own: about 20
 memory per worker, and an instance runs four of them (a reader and a writer per core). Imported
 here, those pages are shared by all the forked workers. Daemons of Spark's other Python workers
 (data source planning, streaming sink commits) are left as they are: they import none of it.
+
+Spark's daemon forks without threads of its own. These imports start none in Python; pyarrow's
+bundled jemalloc starts a background thread, which jemalloc's fork handlers account for in each
+child, and numpy's OpenBLAS starts none, as Spark sets ``OMP_NUM_THREADS`` for its workers
+(``spark.task.cpus``, 1 by default). The forked workers run every test and benchmark here.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import gc
 import sys
 from collections.abc import Callable, Iterator
@@ -37,9 +36,9 @@ LARGE_TASK_RECORDS = 20_000
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
+    try:  # the C library is among the process's own symbols
+        return ctypes.CDLL(None).malloc_trim  # type: ignore[no-any-return]
+    except AttributeError:  # not glibc (musl, macOS): nothing to call
         return None
 
 

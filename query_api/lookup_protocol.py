@@ -60,6 +60,21 @@ class LookupProtocol(HttpToolsProtocol):
     lookups: ClassVar[FastLookups]
     #: The body of a batch lookup being read here (None: no such request in progress).
     _batch: list[bytes] | None = None
+    #: A graceful shutdown came while a batch was read: answer it, then close (as uvicorn
+    #: does for a request in progress).
+    _close_after_batch = False
+
+    def on_message_begin(self) -> None:
+        # A request answered here armed the keep-alive timer from inside the parser: the next
+        # request, already in the same read (pipelined), must stop it as a new read would.
+        self._unset_keepalive_if_required()
+        super().on_message_begin()
+
+    def shutdown(self) -> None:
+        if self._batch is None:
+            super().shutdown()
+        else:
+            self._close_after_batch = True
 
     def on_headers_complete(self) -> None:
         if self._fast_path_open():
@@ -94,12 +109,17 @@ class LookupProtocol(HttpToolsProtocol):
         if answer is None:
             # The app answers (an error, or what failed here) as if uvicorn had read the body.
             super().on_headers_complete()
+            if self._close_after_batch:
+                self.cycle.keep_alive = False
             self.cycle.body += body
             self.cycle.more_body = False
             self.cycle.message_event.set()
             return
         # The headers of a Starlette ``Response(answer, media_type="application/json")``.
-        self._answer("POST", 200, [(b"content-length", b"%d" % len(answer)), _JSON], answer)
+        headers = [(b"content-length", b"%d" % len(answer)), _JSON]
+        if self._close_after_batch:
+            headers.append((b"connection", b"close"))
+        self._answer("POST", 200, headers, answer)
 
     def _answer(
         self, method: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes
@@ -115,6 +135,8 @@ class LookupProtocol(HttpToolsProtocol):
         head += (b"\r\n", body)
         self.transport.write(b"".join(head))
         self.cycle = _ANSWERED  # type: ignore[assignment]
+        if self._close_after_batch:
+            self.transport.close()
         self.on_response_complete()
 
     def _fast_path_open(self) -> bool:

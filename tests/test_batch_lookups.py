@@ -101,7 +101,15 @@ def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path, direct: bo
         for request in (b'["a","c","a"]', b'["\\u0061","c","a"]'):
             status, body = call(app, "POST", "/stores/kv/keys", request)
             assert status == 200 and body["values"] == {"a": {"n": 1}, "c": [1, 2]}, request
-        for bad in (b"{", b'{"a": 1}', b"[1]", b"[[1]]", b'["a", null]', b'["\\ud800"]'):
+        for bad in (
+            b"{",
+            b'{"a": 1}',
+            b"[1]",
+            b"[[1]]",
+            b'["a", null]',
+            b'["\\ud800"]',
+            b"[" * 5000,
+        ):
             status, body = call(app, "POST", "/stores/kv/keys", bad)
             assert status == 400 and body["error"], bad
         too_many = json.dumps([f"k{n}" for n in range(MAX_KEYS + 1)]).encode()
@@ -115,6 +123,7 @@ def test_keys_needing_escapes_come_back_as_sent(tmp_path: Path) -> None:
     """Keys with quotes, backslashes, control and non-ASCII characters are answered under the
     same keys, whether the request escaped them or (non-ASCII) sent them as UTF-8."""
     keys = ['q"uote', "back\\slash", "tab\t", "caf\u00e9", "\U0001f600", "del\x7f", "plain"]
+    keys += ["\u4141\u0100"]  # in UTF-16: bytes that all look like ASCII
     readers = write_store(tmp_path, {key: json.dumps(n).encode() for n, key in enumerate(keys)})
     app = Starlette(
         routes=query_routes(
@@ -123,9 +132,18 @@ def test_keys_needing_escapes_come_back_as_sent(tmp_path: Path) -> None:
     )
     expected = {key: n for n, key in enumerate(keys)}
     try:
-        for request in (json.dumps(keys), json.dumps(keys, ensure_ascii=False)):
-            status, body = call(app, "POST", "/stores/kv/keys", request.encode())
-            assert status == 200 and body["values"] == expected, request
+        few = ["\u4141\u0100", "plain"]
+        requests = [
+            (json.dumps(keys).encode(), keys),
+            (json.dumps(keys, ensure_ascii=False).encode(), keys),
+            # JSON may come in UTF-16 or -32 too: bytes that may all look like ASCII.
+            (json.dumps(keys, ensure_ascii=False).encode("utf-16-le"), keys),
+            (json.dumps(few, ensure_ascii=False).encode("utf-16"), few),
+        ]
+        for request, wanted in requests:
+            status, _, payload = call(app, "POST", "/stores/kv/keys", request, raw=True)
+            assert status == 200 and payload.isascii(), payload  # keys escaped as ever
+            assert json.loads(payload)["values"] == {k: expected[k] for k in wanted}, request
         # JSON allows DEL unescaped: a request without escapes may carry it as it is.
         status, body = call(app, "POST", "/stores/kv/keys", b'["del\x7f", "plain"]')
         assert status == 200 and body["values"] == {"del\x7f": 5, "plain": 6}

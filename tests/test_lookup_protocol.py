@@ -3,8 +3,10 @@ the same app, over real sockets; requests the fast path does not take reach the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 
 from foldstream.kafka import partition_for
@@ -193,5 +196,81 @@ def test_a_failing_fast_path_leaves_the_request_to_the_app(tmp_path: Path) -> No
             status, _, body = _exchange(fast, _post("/stores/kv/keys", b'["k-0"]'))[0]
             assert status == b"HTTP/1.1 500 Internal Server Error", body
             assert _exchange(fast, _get("/health"))[0][0] == b"HTTP/1.1 200 OK"
+    finally:
+        readers.close()
+
+
+def _lookup_app(tmp_path: Path) -> tuple[FastLookups, Any]:
+    readers = write_store(tmp_path, {"k-0": b'{"n":0}', "k-1": b'{"n":1}'})
+    locator = OwnsPartitionZero()
+    routes = Starlette(
+        routes=query_routes(lambda: readers, lambda: locator, lambda: (True, {}), dict)
+    )
+    return FastLookups(routes, readers=lambda: readers, locator=lambda: locator), readers
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["uvicorn", "lookup-protocol"])
+def test_a_batch_still_being_read_at_shutdown_is_answered_then_the_connection_closes(
+    tmp_path: Path, fast: bool
+) -> None:
+    lookups, readers = _lookup_app(tmp_path)
+    options = {"http": lookup_protocol(lookups)} if fast else {}
+    server = uvicorn.Server(uvicorn.Config(lookups, log_level="warning", lifespan="off", **options))
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listening]}, daemon=True)
+    thread.start()
+    try:
+        request = _post("/stores/kv/keys", b'["k-0","k-1"]')
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=10) as connection,
+            connection.makefile("rb") as reader,
+        ):
+            connection.sendall(_get("/health"))  # the server holds the connection now
+            assert _read_response(reader, False)[0] == b"HTTP/1.1 200 OK"
+            connection.sendall(request[:-4])
+            server.should_exit = True
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # until it stopped listening: shutting down
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                except OSError:
+                    break
+            connection.sendall(request[-4:])
+            status, headers, body = _read_response(reader, False)
+            assert status == b"HTTP/1.1 200 OK", body
+            assert headers[b"connection"] == b"close"
+            answer = json.loads(body)
+            answered = {k for keys in answer["elsewhere"].values() for k in keys}
+            assert answered | set(answer["values"]) == {"k-0", "k-1"}, answer
+            assert reader.read() == b""  # then closed
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        readers.close()
+
+
+def test_a_request_pipelined_after_one_answered_here_is_not_cut_by_the_keep_alive_timeout(
+    tmp_path: Path,
+) -> None:
+    """An answer given inside the parser arms uvicorn's keep-alive timer; the request after it
+    in the same read must stop it, or the timer closes the connection under that request."""
+    lookups, readers = _lookup_app(tmp_path)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/slow":
+            await asyncio.sleep(1.5)  # longer than the keep-alive timeout below
+            headers = [(b"content-length", b"4")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b"slow"})
+            return
+        await lookups(scope, receive, send)
+
+    try:
+        with uvicorn_thread(app, http=lookup_protocol(lookups), timeout_keep_alive=1) as fast:
+            for first in (_post("/stores/kv/keys", b'["k-0"]'), _get(f"/stores/kv/keys/{_key(0)}")):
+                answers = _exchange(fast, first + _get("/slow"), 2)
+                assert [status for status, _, _ in answers] == [b"HTTP/1.1 200 OK"] * 2, first
+                assert answers[1][2] == b"slow"
     finally:
         readers.close()

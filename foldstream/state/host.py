@@ -92,6 +92,7 @@ class StoreHost:
                 "given; name one of this machine's addresses they reach (127.0.0.1 for a local "
                 "master)"
             )
+        self._stopped.clear()
         server = socket.create_server((self.host, 0))
         self._server = server
         bound_host, port = server.getsockname()[:2]
