@@ -138,7 +138,7 @@ def test_keys_needing_escapes_come_back_as_sent(tmp_path: Path) -> None:
             (json.dumps(keys, ensure_ascii=False).encode(), keys),
             # JSON may come in UTF-16 or -32 too: bytes that may all look like ASCII.
             (json.dumps(keys, ensure_ascii=False).encode("utf-16-le"), keys),
-            (json.dumps(few, ensure_ascii=False).encode("utf-16"), few),
+            (json.dumps(few, ensure_ascii=False).encode("utf-16-le"), few),
         ]
         for request, wanted in requests:
             status, _, payload = call(app, "POST", "/stores/kv/keys", request, raw=True)
