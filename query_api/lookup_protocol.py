@@ -58,8 +58,10 @@ class LookupProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, answering what :attr:`lookups` answers itself."""
 
     lookups: ClassVar[FastLookups]
-    #: The body of a batch lookup being read here (None: no such request in progress).
+    #: The body of a batch lookup being read here (None: no such request in progress), and
+    #: its path.
     _batch: list[bytes] | None = None
+    _batch_path = ""
     #: A graceful shutdown came while a batch was read: answer it, then close (as uvicorn
     #: does for a request in progress).
     _close_after_batch = False
@@ -84,8 +86,8 @@ class LookupProtocol(HttpToolsProtocol):
                 if answer is not None:
                     self._answer("GET", *answer)
                     return
-            elif method == b"POST" and self._batch_path() is not None:
-                self._batch = []  # read here; answered once complete
+            elif method == b"POST" and (path := self._batch_lookup_path()) is not None:
+                self._batch, self._batch_path = [], path  # read here; answered once complete
                 return
         super().on_headers_complete()
 
@@ -100,9 +102,8 @@ class LookupProtocol(HttpToolsProtocol):
             super().on_message_complete()
             return
         body, self._batch = b"".join(self._batch), None
-        path = self._batch_path()
         try:
-            answer = None if path is None else self.lookups.answer_batch(path, body)
+            answer = self.lookups.answer_batch(self._batch_path, body)
         except Exception:
             log.debug("batch fast path failed; left to the app", exc_info=True)
             answer = None
@@ -155,7 +156,7 @@ class LookupProtocol(HttpToolsProtocol):
             or (self.cycle is not None and not self.cycle.response_complete)
         )
 
-    def _batch_path(self) -> str | None:
+    def _batch_lookup_path(self) -> str | None:
         """The path of a batch lookup whose body is read here: one of known, small length."""
         length = None
         for name, value in self.headers:

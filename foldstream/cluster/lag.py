@@ -30,10 +30,9 @@ class LagMeter:
         self.readers = readers
         self.replicas = replicas
         self.ends = dict(ends)
-        self.last: dict[str, int] = {}
-        # ``last`` and its lag per (topic, partition), computed on first use: every lookup asks.
-        # One tuple, replaced whole, so a reader never pairs a figure with another measurement.
-        self._by_partition: tuple[dict[str, int], dict[tuple[str, int], int | None]] = ({}, {})
+        # The last measurement and its lag per (topic, partition), computed on first use (every
+        # lookup asks): one tuple, replaced whole, so a figure never pairs with another one.
+        self._measured: tuple[dict[str, int], dict[tuple[str, int], int | None]] = ({}, {})
         self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
         self._last_spans: dict[tuple[str, int], tuple[int, int]] = {}
 
@@ -55,9 +54,13 @@ class LagMeter:
             standby_lag = self.replicas.lag(store, p)
             if standby_lag is not None:
                 lag[f"{store}/{p}"] = standby_lag
-        self.last = lag
-        self._by_partition = (lag, {})
+        self._measured = (lag, {})
         return lag
+
+    @property
+    def last(self) -> dict[str, int]:
+        """The lag :meth:`measure` found last."""
+        return self._measured[0]
 
     def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
         """``end - applied``, or 0 when only offsets without records (transaction markers) lie
@@ -81,7 +84,7 @@ class LagMeter:
         """This instance's lag on ``partition`` of ``topic`` as last measured, or with ``live``
         the standby copies' lag right now where they have one."""
         if not live:
-            measured, lags = self._by_partition
+            measured, lags = self._measured
             try:
                 return lags[(topic, partition)]
             except KeyError:
