@@ -162,3 +162,28 @@ def test_a_partition_left_idle_after_writes_has_its_memtable_flushed(tmp_path: P
         assert table_files(tables[0]) == before[0] + 1
     finally:
         host.stop()
+
+
+def test_writes_between_idle_flushes_keep_every_value(tmp_path: Path) -> None:
+    """Bursts of writes with pauses just over the idle time: flushes run between and beside
+    the tasks' writes, and every value and the source offset stay as last written."""
+    host = StoreHost(state_dir=tmp_path, idle_flush_s=0.05, idle_flush_entries=1)
+    host.start()
+    try:
+        host.open("kv", 0, identity="t/0", epoch=1)
+        held = host.partition("kv", 0)
+        assert held is not None
+        table = partition_path(tmp_path, "kv", 0)
+        for burst in range(20):
+            task = remote(host, [])
+            for n in range(200):
+                task.put(b"k%d" % n, b"%d-%d" % (burst, n))
+            task.commit(burst)
+            time.sleep(0.06)
+        assert len(list(table.glob("*.sst"))) > 1, "no idle flush happened"
+        assert [held.get(b"k%d" % n) for n in (0, 199)] == [b"19-0", b"19-199"]
+        assert held.applied_offset() == 19
+    finally:
+        host.stop()
+    with RocksDBReader(table) as reader:
+        assert reader.get(b"k7") == b"19-7" and reader.applied_offset() == 19

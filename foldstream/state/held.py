@@ -144,11 +144,13 @@ class HeldPartition(PartitionReader):
         written_at = self._written_at
         if written_at is None or time.monotonic() - written_at < idle_s:
             return False
-        with self._writing:  # a task's write waits for the flush
+        with self._writing:
             if self._written_at != written_at:
                 return False  # written meanwhile
             self._written_at = None
-            return self._use(lambda writer: writer.flush_memtable(min_entries))
+        # Outside the lock: a task may read and write meanwhile (RocksDB flushes beside writes),
+        # and a write during the flush marks the partition for the next idle flush.
+        return self._use(lambda writer: writer.flush_memtable(min_entries))
 
     def refresh(self) -> None:
         return None
