@@ -91,9 +91,10 @@ class FastLookups:
             return None
         return 200, [_JSON], found_body(key, value, served_by_json(location, partition))
 
-    def answer_batch(self, path: str, body: bytes) -> bytes | None:
-        """The body of a 200 answering a batch lookup (``POST`` of ``body`` to ``path``), or
-        None if ``path`` is no store's batch path or the app should answer (an error)."""
+    def answer_batch(self, path: str, body: bytes) -> Answer | None:
+        """Status, headers (no ``content-length``) and body of a 200 answering a batch lookup
+        (``POST`` of ``body`` to ``path``); None if ``path`` is no store's batch path or the
+        app should answer (an error)."""
         if not path.startswith(_PREFIX) or not path.endswith(_BATCH):
             return None
         store = path[len(_PREFIX) : -len(_BATCH)]
@@ -103,7 +104,7 @@ class FastLookups:
             stores, locator = self.readers(), self.locator()
             if stores is None or locator is None:
                 return None
-            return batch_answer(stores, locator, store, body)
+            return 200, [_JSON], batch_answer(stores, locator, store, body)
         except (RuntimeError, StoreNotFound, BadBatch):
             return None
 

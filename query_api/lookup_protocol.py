@@ -48,7 +48,6 @@ class _Answered:
 
 
 _ANSWERED = _Answered()
-_JSON = (b"content-type", b"application/json")
 #: The largest batch lookup body read here; a larger one goes to the app, which reads it under
 #: uvicorn's flow control.
 MAX_BATCH_BODY = 256 * 1024
@@ -84,7 +83,7 @@ class LookupProtocol(HttpToolsProtocol):
             if method == b"GET":
                 answer = self._lookup_answer()
                 if answer is not None:
-                    self._answer("GET", *answer)
+                    self._answer("GET", answer)
                     return
             elif method == b"POST" and (path := self._batch_lookup_path()) is not None:
                 self._batch, self._batch_path = [], path  # read here; answered once complete
@@ -116,16 +115,14 @@ class LookupProtocol(HttpToolsProtocol):
             self.cycle.more_body = False
             self.cycle.message_event.set()
             return
-        # The headers of a Starlette ``Response(answer, media_type="application/json")``.
-        headers = [(b"content-length", b"%d" % len(answer)), _JSON]
+        self._answer("POST", answer)
+
+    def _answer(self, method: str, answer: Answer) -> None:
+        """Write the whole response in one write, and finish the request as uvicorn does."""
+        status, headers, body = answer
+        headers = [*headers, (b"content-length", b"%d" % len(body))]
         if self._close_after_batch:
             headers.append((b"connection", b"close"))
-        self._answer("POST", 200, headers, answer)
-
-    def _answer(
-        self, method: str, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> None:
-        """Write the whole response in one write, and finish the request as uvicorn does."""
         if self.access_log:
             self.access_logger.info(
                 '%s - "%s %s HTTP/1.1" %d', _client(self.client), method, self.url.decode(), status
@@ -177,15 +174,11 @@ class LookupProtocol(HttpToolsProtocol):
         if b"%" in raw_path:
             return None  # percent-decoding is left to uvicorn
         try:
-            answer = self.lookups.answer(raw_path.decode("ascii"), raw_path, url.query or b"")
+            return self.lookups.answer(raw_path.decode("ascii"), raw_path, url.query or b"")
         except Exception:
             # The app answers the same request next, and reports what failed (a 500).
             log.debug("lookup fast path failed; left to the app", exc_info=True)
             return None
-        if answer is None:
-            return None
-        status, headers, body = answer
-        return status, [*headers, (b"content-length", b"%d" % len(body))], body
 
 
 def lookup_protocol(lookups: FastLookups) -> type[LookupProtocol]:
