@@ -12,7 +12,6 @@ command too, and the partition's aggregates are rebuilt by a replay when it is t
 
 from __future__ import annotations
 
-import copy
 import inspect
 import logging
 import threading
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from foldstream.commands.group_commit import GroupCommitter
+from foldstream.commands.working_copy import working_copy
 from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
 from foldstream.errors import (
@@ -347,7 +347,7 @@ class CommandHandler:
             raise VersionConflict(aggregate_id, expected_version, version_of(current))
         target = current if current is not None else cls(id=aggregate_id)  # type: ignore[call-arg]
         # Commands run on a copy, so a rejected command leaves no trace in memory either.
-        working = copy.deepcopy(target) if current is not None else target
+        working = working_copy(target) if current is not None else target
         getattr(working, command)(**kwargs)
         events = list(working.collect_events())
         if not events:
