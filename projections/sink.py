@@ -151,13 +151,41 @@ def _offset(item: tuple[int, EventRecord]) -> int:
     return item[0]
 
 
+class Folded(NamedTuple):
+    """One partition's records folded, its changed values sent to the changelog and not yet
+    committed: :func:`commit_folded` commits it once the changelog records are acknowledged."""
+
+    writer: PartitionWriter
+    applied: int
+    last_offset: int
+    changelog: ChangelogTarget | None
+    landed: list[int]  # changelog offsets, filled in by delivery reports
+    errors: list[str]
+
+
 def fold_partition(
     projection: Projection,
     writer: PartitionWriter,
     records: Records,
     changelog: ChangelogTarget | None,
 ) -> tuple[int, int] | None:
-    """Fold ``records`` (one partition, offset order) into ``writer``; returns (applied, offset)."""
+    """Fold ``records`` (one partition, offset order) into ``writer``, wait for the changelog's
+    acknowledgements and commit; returns (applied, offset)."""
+    folded = fold_and_send(projection, writer, records, changelog)
+    if folded is None:
+        return None
+    await_changelog([folded])
+    return commit_folded(folded)
+
+
+def fold_and_send(
+    projection: Projection,
+    writer: PartitionWriter,
+    records: Records,
+    changelog: ChangelogTarget | None,
+) -> Folded | None:
+    """Fold the records of ``records`` not applied yet into ``writer`` (uncommitted) and queue
+    every changed key's new value for the changelog; None when all were applied already."""
     applied_offset = writer.applied_offset()
     fresh = records
     if applied_offset is not None:
@@ -174,45 +202,69 @@ def fold_partition(
             writer.put(record.key, new_value)
         changed[record.key] = new_value
     last_offset = fresh[-1][0]
+    folded = Folded(writer, len(fresh), last_offset, changelog, [], [])
+    if changelog is None:
+        return folded
+    producer, topic, partition, epoch = changelog
+    headers = [
+        (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
+        (FOLDED_FROM_HEADER, str(-1 if applied_offset is None else applied_offset).encode()),
+        (EPOCH_HEADER, str(epoch).encode()),
+    ]
+    # The first record opens the batch and the last closes it: a copy applies a batch only
+    # once it has all of it.
+    opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
+    first_key, last_key = next(iter(changed)), next(reversed(changed))
+    marked = {first_key: [*headers, opening]}
+    marked[last_key] = [*marked.get(last_key, headers), closing]
+
+    def on_delivery(error: Any, message: Any) -> None:
+        if error is not None:
+            folded.errors.append(str(error))
+        else:
+            folded.landed.append(message.offset())
+
+    for key, value in changed.items():
+        produce_when_room(
+            producer,
+            topic,
+            wait_s=0.01,
+            key=key,
+            value=value,
+            partition=partition,
+            headers=marked.get(key, headers),
+            on_delivery=on_delivery,
+        )
+    return folded
+
+
+def await_changelog(folded: Iterable[Folded]) -> None:
+    """Wait until the changelog records of ``folded`` are all acknowledged (one wait for all
+    of them: their partitions' acknowledgements come back in the same round trips), or raise
+    :class:`BrokerUnavailable`."""
+    waiting = [f for f in folded if f.changelog is not None]
+    producers = {id(f.changelog.producer): f.changelog.producer for f in waiting if f.changelog}
+    unsent = sum(producer.flush(CHANGELOG_ACK_TIMEOUT_S) for producer in producers.values())
+    failed = [f for f in waiting if f.errors]
+    if unsent or failed:
+        where = ", ".join(
+            f"{f.changelog.topic}/{f.changelog.partition}" for f in failed if f.changelog
+        )
+        errors = [e for f in failed for e in f.errors][:3]
+        raise BrokerUnavailable(
+            f"changelog not acknowledged ({unsent} records unsent; {where or 'none'} failed): "
+            f"{errors}"
+        )
+
+
+def commit_folded(folded: Folded) -> tuple[int, int]:
+    """Commit ``folded`` (values, source offset, changelog position in one write); returns
+    (applied, offset)."""
     changelog_offset = None
-    if changelog is not None:
-        producer, topic, partition, epoch = changelog
-        errors: list[str] = []
-        landed: list[int] = []
-        headers = [
-            (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
-            (FOLDED_FROM_HEADER, str(-1 if applied_offset is None else applied_offset).encode()),
-            (EPOCH_HEADER, str(epoch).encode()),
-        ]
-        # The first record opens the batch and the last closes it: a copy applies a batch only
-        # once it has all of it.
-        opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
-        first_key, last_key = next(iter(changed)), next(reversed(changed))
-        marked = {first_key: [*headers, opening]}
-        marked[last_key] = [*marked.get(last_key, headers), closing]
-
-        def on_delivery(error: Any, message: Any) -> None:
-            if error is not None:
-                errors.append(str(error))
-            else:
-                landed.append(message.offset())
-
-        for key, value in changed.items():
-            produce_when_room(
-                producer,
-                topic,
-                wait_s=0.01,
-                key=key,
-                value=value,
-                partition=partition,
-                headers=marked.get(key, headers),
-                on_delivery=on_delivery,
-            )
-        if producer.flush(CHANGELOG_ACK_TIMEOUT_S) or errors:
-            raise BrokerUnavailable(f"changelog {topic}/{partition} not acknowledged: {errors[:3]}")
-        changelog_offset = changelog_position(writer.changelog_offset(), landed)
-    writer.commit(last_offset, changelog_offset=changelog_offset)
-    return len(fresh), last_offset
+    if folded.changelog is not None:
+        changelog_offset = changelog_position(folded.writer.changelog_offset(), folded.landed)
+    folded.writer.commit(folded.last_offset, changelog_offset=changelog_offset)
+    return folded.applied, folded.last_offset
 
 
 def changelog_position(stored: int | None, landed: list[int]) -> int | None:
@@ -247,12 +299,34 @@ def fold_task(
     producer = _producer(options["bootstrap"]) if changelog_topic else None
     applied: dict[int, tuple[int, int]] = {}
     moved: set[int] = set()
+    # Partitions folded, whose changelog records are on their way: one wait for all of their
+    # acknowledgements instead of a round trip per partition (a micro-batch's latency).
+    pending: dict[int, Folded] = {}
+
+    def settle() -> None:
+        await_changelog(pending.values())
+        for partition, folded in pending.items():
+            try:
+                count, offset = commit_folded(folded)
+            except PartitionClosed:
+                moved.add(partition)  # see below
+                continue
+            applied[partition] = (applied.get(partition, (0, offset))[0] + count, offset)
+        pending.clear()
+
     handled = 0
     with gc_paused():
-        for partition, records in partition_chunks(batches):
+        for partition, records in partition_chunks(batches, FOLD_CHUNK_RECORDS):
             handled += len(records)
             if partition in moved:
                 continue
+            # A partition's next chunk reads what its previous one wrote: commit that first.
+            # Pending chunks are also bounded in records, as chunks are (memory).
+            if (
+                partition in pending
+                or sum(f.applied for f in pending.values()) + len(records) > FOLD_CHUNK_RECORDS
+            ):
+                settle()
             try:
                 keys = list(dict.fromkeys(record.key for _, record in records))
                 writer = RemotePartition(host, authkey, store, partition, keys)
@@ -261,14 +335,14 @@ def fold_task(
                     if producer and changelog_topic
                     else None
                 )
-                done = fold_partition(projection, writer, records, changelog)
+                folded = fold_and_send(projection, writer, records, changelog)
             except PartitionClosed:
                 # Moved to another instance since the batch was planned: leave it to the new
                 # owner, which resumes from the offset stored with the state.
                 moved.add(partition)
                 continue
-            if done is not None:
-                count, offset = done
-                applied[partition] = (applied.get(partition, (0, offset))[0] + count, offset)
+            if folded is not None:
+                pending[partition] = folded
+        settle()
     after_task(handled)
     return applied

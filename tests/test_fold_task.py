@@ -1,0 +1,120 @@
+"""A projection task on real parts, without Spark: Arrow batches of inventory events folded
+through a store host into RocksDB, changed values sent to a changelog topic on the broker."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from foldstream.broker import EmbeddedBroker
+from foldstream.changelog import SOURCE_OFFSET_HEADER
+from foldstream.domain import EventCodec
+from foldstream.examples.inventory.domain import Product
+from foldstream.kafka import TopicSpec, ensure_topics
+from foldstream.projections import sink
+from foldstream.projections.source import ARROW_SCHEMA, encode_headers
+from foldstream.state.host import StoreHost
+from foldstream.testing.kafka import read_topic
+
+PARTITIONS = 3
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[StoreHost]:
+    host = StoreHost(state_dir=tmp_path)
+    host.start()
+    for partition in range(PARTITIONS):
+        host.open("stock", partition, identity=f"t/{partition}", epoch=1)
+    yield host
+    host.stop()
+
+
+def events(partition: int, offsets: range) -> pa.RecordBatch:
+    """Product ``p<partition>`` created, then one ``receive_shipment(1)`` per further offset."""
+    codec, product = EventCodec(), Product(id=f"p{partition}")
+    for _ in offsets[1:]:
+        product.receive_shipment(1)
+    records = [codec.encode(e) for e in product.collect_events()]
+    assert len(records) == len(offsets)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([partition] * len(records), pa.int32()),
+            pa.array(list(offsets), pa.int64()),
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            pa.array([encode_headers(list(r.headers)) for r in records], pa.binary()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def run_task(broker: EmbeddedBroker, host: StoreHost, batches: list[pa.RecordBatch]) -> str:
+    changelog = f"fold-{uuid.uuid4().hex[:8]}.changelog"
+    ensure_topics(broker.bootstrap, [TopicSpec(changelog, PARTITIONS, compact=True)])
+    options = {
+        "store": "stock",
+        "service": "foldstream.examples.inventory:service",
+        "store_host": host.address,
+        "store_token": host.authkey.hex(),
+        "changelog_topic": changelog,
+        "bootstrap": broker.bootstrap,
+    }
+    assert sink.fold_task(options, iter(batches)) == {
+        p: (sum(b.num_rows for b in batches if b.column("partition")[0].as_py() == p), last)
+        for p, last in last_offsets(batches).items()
+    }
+    return changelog
+
+
+def last_offsets(batches: list[pa.RecordBatch]) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for batch in batches:
+        for partition, offset in zip(
+            batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True
+        ):
+            found[partition] = max(found.get(partition, -1), offset)
+    return found
+
+
+def on_hand(host: StoreHost, partition: int) -> int:
+    held = host.partition("stock", partition)
+    assert held is not None
+    value = held.get(f"p{partition}".encode())
+    assert value is not None
+    return int(json.loads(value)["on_hand"])
+
+
+def test_a_task_of_several_partitions_commits_each_after_its_changelog_records_landed(
+    broker: EmbeddedBroker, host: StoreHost
+) -> None:
+    batches = [events(p, range(10 * p, 10 * p + 4 + p)) for p in range(PARTITIONS)]
+    changelog = run_task(broker, host, batches)
+    landed = {p: (offset, headers) for p, offset, _, _, headers in read_topic(
+        broker.bootstrap, changelog, PARTITIONS
+    )}  # fmt: skip
+    for partition in range(PARTITIONS):
+        held = host.partition("stock", partition)
+        assert held is not None
+        assert on_hand(host, partition) == 3 + partition
+        assert held.applied_offset() == 10 * partition + 3 + partition
+        offset, headers = landed[partition]
+        assert held.changelog_offset() == offset  # the position follows its own records
+        assert dict(headers)[SOURCE_OFFSET_HEADER] == str(held.applied_offset()).encode()
+
+
+def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
+    broker: EmbeddedBroker, host: StoreHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sink, "FOLD_CHUNK_RECORDS", 5)
+    # Partition 0 arrives in two chunks, with partition 1's records between them.
+    first = events(0, range(0, 12))
+    batches = [first.slice(0, 6), events(1, range(0, 3)), first.slice(6)]
+    run_task(broker, host, batches)
+    assert (on_hand(host, 0), on_hand(host, 1)) == (11, 2)
+    held = host.partition("stock", 0)
+    assert held is not None and held.applied_offset() == 11
