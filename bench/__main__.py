@@ -20,7 +20,7 @@ from rich.console import Console
 from bench import cluster, commands, freshness, lookups, rebuild
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
-from bench.procs import PeakRss
+from bench.procs import CpuMeter, PeakRss
 from bench.report import Figure, print_table, write_json
 from bench.workload import inventory_events, produce
 from foldstream.broker import EmbeddedBroker
@@ -163,7 +163,7 @@ def main() -> None:
         # A broker of their own: Tansu slows down once it holds the millions of records above,
         # and the command side waits for its acks (command acks p50 ≈ 0.65 s were seen).
         with EmbeddedBroker() as broker:
-            figures += _inventory(console, wrk, broker.bootstrap, tmp, size, noop, memory)
+            figures += _inventory(console, wrk, broker, tmp, size, noop, memory)
         # The cluster too: three instances on a broker that holds only their topics.
         with EmbeddedBroker() as broker:
             figures += _step(
@@ -331,41 +331,64 @@ def _lookups(
 def _inventory(
     console: Console,
     wrk: str | None,
-    bootstrap: str,
+    broker: EmbeddedBroker,
     tmp: Path,
     size: dict[str, Any],
     noop: dict[str, float],
     memory: dict[str, PeakRss],
 ) -> list[Figure]:
     """Freshness and command throughput on an inventory instance."""
+    bootstrap, broker_pid = broker.bootstrap, broker.pid
+    assert broker_pid is not None, "the broker is not running"
     instance = InstanceProcess(
         bootstrap=bootstrap, state_dir=tmp / "inventory", partitions=PARTITIONS
     )
     with instance, PeakRss(_pid(instance)) as peak:
         _step(console, "starting the inventory instance", lambda: instance.wait_ready(timeout=600))
+        target = lookups.Target("inventory instance", instance.url, _pid(instance))
+        # A just-started JVM is still compiling: freshness is measured on a warm instance, as
+        # the do-nothing reference batch is (it runs after the rebuild, in a warm JVM).
+        _step(
+            console,
+            "warming the instance up with commands",
+            lambda: lookups.warm_up(
+                wrk, target, commands.command_load(size["command_keys"]), size["seconds"]
+            ),
+        )
         tail = freshness.TailingFold(bootstrap, "inventory.events", PARTITIONS, tmp / "tail")
 
         def freshness_at(rate: float) -> freshness.ClientResult:
             instance.wait_ready(timeout=600)  # no backlog left from the run before
-            return _step(  # type: ignore[no-any-return]
-                console,
-                f"freshness at {rate:,.0f} commands/s for {size['fresh_seconds']:g}s",
-                lambda: freshness.run_client(
-                    instance.url,
-                    rate=rate,
-                    seconds=size["fresh_seconds"],
-                    keys=size["command_keys"],
-                ),
-            )
+            with CpuMeter(_pid(instance)) as tree, CpuMeter(broker_pid) as on_broker:
+                client: freshness.ClientResult = _step(
+                    console,
+                    f"freshness at {rate:,.0f} commands/s for {size['fresh_seconds']:g}s",
+                    lambda: freshness.run_client(
+                        instance.url,
+                        rate=rate,
+                        seconds=size["fresh_seconds"],
+                        keys=size["command_keys"],
+                    ),
+                )
+            client.cores = {
+                "instance": tree.seconds / client.seconds,
+                "broker": on_broker.seconds / client.seconds,
+                "load client": client.cpu_s / client.seconds,
+            }
+            return client
 
         with tail:
             clients = {rate: freshness_at(rate) for rate in (size["rate"], LOW_RATE)}
-        target = lookups.Target("inventory instance", instance.url, _pid(instance))
         figures = _step(
             console,
             "command throughput vs lookups, same instance",
             lambda: commands.command_figures(
-                wrk, instance, target, keys=size["command_keys"], seconds=size["seconds"]
+                wrk,
+                instance,
+                target,
+                keys=size["command_keys"],
+                seconds=size["seconds"],
+                broker_pid=broker_pid,
             ),
         )
     memory["inventory instance (freshness + commands)"] = peak
@@ -395,13 +418,15 @@ def _freshness_figures(
     ]
     batch = noop["median"]
     achieved = client.sent / client.seconds if client.seconds else 0.0
+    cores = ", ".join(f"{name} {used:.2f}" for name, used in client.cores.items())
     common = (
         f"{len(served)}/{len(client.probes)} probes seen; {achieved:,.0f} commands/s sent "
         f"({client.failed} failed), ack p50 {freshness.percentile(client.ack_ms, 0.5):.1f} ms; "
-        f"load client {client.cpu_s / max(1, client.sent) * 1e6:.0f} µs CPU/command"
+        f"load client {client.cpu_s / max(1, client.sent) * 1e6:.0f} µs CPU/command; cores "
+        f"used: {cores} (sum {sum(client.cores.values()):.2f} of {os.cpu_count()})"
     )
     reference = f"do-nothing Python reader→writer batch (median, p90 {noop['p90']:.0f} ms)"
-    details = {"noop": noop, "served_ms": served, "tailing_ms": tailed}
+    details = {"noop": noop, "served_ms": served, "tailing_ms": tailed, "cores": client.cores}
     at = f"at {rate:,.0f} commands/s"
     figures = [
         Figure(

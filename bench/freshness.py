@@ -51,6 +51,8 @@ class ClientResult:
     ack_ms: list[float] = field(default_factory=list)
     probes: list[Probe] = field(default_factory=list)
     cpu_s: float = 0.0  # the client's own
+    #: cores used during the run, by whom (filled in by the bench: instance, broker, client)
+    cores: dict[str, float] = field(default_factory=dict)
 
 
 def run_client(

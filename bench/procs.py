@@ -86,7 +86,8 @@ def _own_cpu(pid: int) -> float | None:
 
 class CpuMeter:
     """CPU seconds a process tree (``seconds``) and its root alone (``root_seconds``) spend
-    between ``__enter__`` and ``__exit__``.
+    between ``__enter__`` and ``__exit__``, and the tree's split by kind of process
+    (``by_kind``: ``"root"``, ``"jvm"``, ``"spark python workers"``...).
 
     Each process's own utime + stime is sampled every ``interval`` seconds: a process that
     exits (Spark recycles Python workers) keeps what it was last seen to use, which counting
@@ -97,6 +98,8 @@ class CpuMeter:
         self.pid = pid
         self.interval = interval
         self.seconds = self.root_seconds = 0.0
+        self.by_kind: dict[str, float] = {}
+        self._kinds: dict[int, str] = {}
         self._first: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._stop = threading.Event()
@@ -109,6 +112,8 @@ class CpuMeter:
                 continue
             # A process born during the measurement spent all its CPU inside it.
             self._first.setdefault(member, used if first else 0.0)
+            if member not in self._kinds:
+                self._kinds[member] = "root" if member == self.pid else _kind(member)
             self._last[member] = used
 
     def _run(self) -> None:
@@ -126,6 +131,9 @@ class CpuMeter:
         self._sample()
         self.seconds = sum(self._last[p] - self._first[p] for p in self._last)
         self.root_seconds = self._last.get(self.pid, 0.0) - self._first.get(self.pid, 0.0)
+        for member, used in self._last.items():
+            kind = self._kinds.get(member, "other")
+            self.by_kind[kind] = self.by_kind.get(kind, 0.0) + used - self._first[member]
 
 
 def _rss_and_pss(pid: int) -> tuple[int, int] | None:

@@ -118,6 +118,11 @@ class EmbeddedBroker:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (for measuring its CPU)."""
+        return None if self._process is None else self._process.pid
+
     def start(self, timeout: float = 30.0) -> EmbeddedBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         log: IO[bytes] | int = (
