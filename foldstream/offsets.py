@@ -5,12 +5,18 @@ leave the tail of a partition unread forever. The end offsets here are instead l
 the consumer starts at the reported end, reads whatever lies beyond it, and records the offset
 after the last record it saw or the end-of-partition position. This is correct on every broker,
 and the only place in foldstream that needs to know about the problem.
+
+Optionally the tail also keeps the records it reads (:meth:`EndOffsets.records`): a projection's
+source plans its micro-batches from these ends, so the records of a small micro-batch are already
+in hand when it is planned, and its task need not fetch them again.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
@@ -18,14 +24,38 @@ from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
 
 
+class TailRecord(NamedTuple):
+    """A record the tail read: its offset, key, value and headers as the consumer gave them."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None
+
+
 class EndOffsets:
-    """Tracks ``{partition: end offset}`` of ``topic`` in a background thread."""
+    """Tracks ``{partition: end offset}`` of ``topic`` in a background thread.
+
+    With ``keep_records`` > 0 it also keeps the last records it read of each partition (up to
+    that many), for :meth:`records`.
+    """
 
     def __init__(
-        self, bootstrap: str, topic: str, partitions: list[int], *, fetch_wait_max_ms: int = 10
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: list[int],
+        *,
+        fetch_wait_max_ms: int = 10,
+        keep_records: int = 0,
     ) -> None:
         self.topic = topic
         self.partitions = list(partitions)
+        self.keep_records = keep_records
+        #: Per partition, the records read from ``_kept_from`` on: every record the consumer
+        #: was given at or above that offset is in the list, in offset order.
+        self._kept: dict[int, list[TailRecord]] = {}
+        self._kept_from: dict[int, int] = {}
         self._ends: dict[int, int] = {}
         self._known: set[int] = set()
         self._changed = threading.Condition()
@@ -52,14 +82,61 @@ class EndOffsets:
                     partition = message.partition()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:
+                            # Whatever the consumer does next, keep nothing from before it.
+                            self._kept_from.pop(partition, None)
+                            self._kept.pop(partition, None)
                             continue
                         end = message.offset()
                         self._known.add(partition)
+                        if self.keep_records:
+                            self._kept_from.setdefault(partition, end)
                     else:
                         end = message.offset() + 1
+                        if self.keep_records:
+                            self._keep(partition, message)
                     if end > self._ends.get(partition, -1):
                         self._ends[partition] = end
                 self._changed.notify_all()
+
+    def _keep(self, partition: int, message: Any) -> None:
+        offset = message.offset()
+        kept = self._kept.setdefault(partition, [])
+        kept_from = self._kept_from.get(partition)
+        if kept_from is None or offset < kept_from or (kept and offset <= kept[-1].offset):
+            # The first record of a partition, or the consumer went back (an offset reset):
+            # what is kept starts again here.
+            kept.clear()
+            self._kept_from[partition] = offset
+        kept.append(TailRecord(offset, message.key(), message.value(), message.headers()))
+        if len(kept) > self.keep_records:
+            del kept[: len(kept) - self.keep_records // 2]
+            self._kept_from[partition] = kept[0].offset
+
+    def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
+        """The records at offsets ``[start, end)`` of ``partition``, when the tail read all of
+        them and still keeps them; None otherwise (read them from the broker then).
+
+        Offsets in the range that hold no record a consumer is given (transaction markers,
+        aborted or compacted records) are missing from the list, as they are from a read.
+        """
+        with self._changed:
+            kept_from = self._kept_from.get(partition)
+            if kept_from is None or kept_from > start or self._ends.get(partition, -1) < end:
+                return None
+            kept = self._kept.get(partition, [])
+            first = bisect.bisect_left(kept, start, key=_offset)
+            return kept[first : bisect.bisect_left(kept, end, key=_offset)]
+
+    def forget_below(self, offsets: dict[int, int]) -> None:
+        """Drop the kept records below ``offsets[partition]`` (those are folded already)."""
+        with self._changed:
+            for partition, offset in offsets.items():
+                kept = self._kept.get(partition)
+                kept_from = self._kept_from.get(partition)
+                if kept is None or kept_from is None or offset <= kept_from:
+                    continue
+                del kept[: bisect.bisect_left(kept, offset, key=_offset)]
+                self._kept_from[partition] = offset
 
     def ends(self, timeout: float = 30.0) -> dict[int, int]:
         """The end offset of every partition; waits until each has been read to its end once."""
@@ -93,6 +170,10 @@ class EndOffsets:
         self._stopping.set()
         self._thread.join(timeout=5)
         self._consumer.close()
+
+
+def _offset(record: TailRecord) -> int:
+    return record.offset
 
 
 def holds_records(

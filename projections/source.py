@@ -77,12 +77,19 @@ class KafkaRange:
         return self.end - self.start
 
 
+Row = tuple[int, int, bytes | None, bytes | None, bytes | None]
+"""A record as a row of :data:`ARROW_SCHEMA`: partition, offset, key, value, headers."""
+
+
 @dataclass(frozen=True)
 class KafkaRanges(InputPartition):
     """The ranges one Spark task reads: whole Kafka partitions, never a part of one, so that
-    each partition is folded by one task in offset order."""
+    each partition is folded by one task in offset order. ``rows``, when given, are their
+    records, read by the driver's tail while it planned the micro-batch: the task reads nothing
+    from the broker then."""
 
     spans: tuple[KafkaRange, ...]
+    rows: tuple[Row, ...] | None = None
 
 
 def plan_tasks(spans: list[KafkaRange], tasks: int, single_task_records: int) -> list[KafkaRanges]:
@@ -128,6 +135,15 @@ def arrow_batch(messages: list[Any]) -> pa.RecordBatch:
             pa.array([m.value() for m in messages], pa.binary()),
             pa.array([encode_headers(m.headers()) for m in messages], pa.binary()),
         ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def rows_batch(rows: Sequence[Row]) -> pa.RecordBatch:
+    """Rows of :data:`ARROW_SCHEMA` as one Arrow batch, column by column."""
+    columns = list(zip(*rows, strict=True)) if rows else [(), (), (), (), ()]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, field.type) for column, field in zip(columns, ARROW_SCHEMA, strict=True)],
         schema=ARROW_SCHEMA,
     )
 
@@ -214,6 +230,8 @@ class KafkaStreamReader(DataSourceStreamReader):
                 self.topic,
                 self.partitions_,
                 fetch_wait_max_ms=self.fetch_wait_max_ms,
+                # A micro-batch small enough for one task is planned with its records.
+                keep_records=self.single_task_records,
             )
         return self._ends
 
@@ -225,6 +243,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         begun = {p: int(start.get(str(p), first)) for p, first in self._owned.items()}
         if not begun:
             return {}
+        self._end_offsets().forget_below(begun)
         ends = self._wait_for_data(begun)
         cap = None if isinstance(limit, ReadAllAvailable) else self.max_records
         latest = {}
@@ -264,10 +283,33 @@ class KafkaStreamReader(DataSourceStreamReader):
             first = int(start.get(p, self._owned.get(int(p), end[p])))
             if end[p] > first:
                 spans.append(KafkaRange(int(p), first, end[p]))
-        return list(plan_tasks(spans, self.tasks, self.single_task_records))
+        tasks = plan_tasks(spans, self.tasks, self.single_task_records)
+        if len(tasks) == 1 and self._ends is not None:
+            rows = self._tail_rows(tasks[0].spans)
+            if rows is not None:
+                return [KafkaRanges(tasks[0].spans, rows)]
+        return list(tasks)
+
+    def _tail_rows(self, spans: Sequence[KafkaRange]) -> tuple[Row, ...] | None:
+        """The rows of ``spans`` from the records the tail kept, or None if it lacks any."""
+        assert self._ends is not None
+        rows: list[Row] = []
+        for span in spans:
+            kept = self._ends.records(span.partition, span.start, span.end)
+            if kept is None:
+                return None
+            rows += (
+                (span.partition, r.offset, r.key, r.value, encode_headers(r.headers)) for r in kept
+            )
+        return tuple(rows)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRanges)
+        if partition.rows is not None:
+            if partition.rows:  # none when the ranges hold only transaction markers
+                arrow_without_pandas()
+                yield rows_batch(partition.rows)
+            return
         with gc_paused():
             yield from read_ranges(
                 self.bootstrap,
@@ -278,7 +320,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         after_task(sum(span.size for span in partition.spans))
 
     def commit(self, end: dict[str, int]) -> None:
-        """Nothing to do: the sink stores source offsets with the state it writes."""
+        """Forget the tail's records below ``end``: the sink stored them with the state (it
+        stores source offsets with the state it writes, so nothing else is to do)."""
+        if self._ends is not None:
+            self._ends.forget_below({int(p): offset for p, offset in end.items()})
 
     def stop(self) -> None:
         if self._ends is not None:

@@ -40,8 +40,11 @@ FOLDING = 200
 
 
 #: Pauses tried before the scenario gives up on a late write: whether tasks waiting for the
-#: paused store host write before their instance gives its partitions up is a race.
-PAUSES = 3
+#: paused store host write before their instance gives its partitions up is a race, and a late
+#: write needs the pause to catch a task before it read its partition's values (a task reads
+#: every partition first, then waits for the changelog's acknowledgements and commits: most of
+#: its time is past that point).
+PAUSES = 6
 #: How long after the resume the paused owner's late records may take to land.
 LATE_WITHIN_S = 10.0
 

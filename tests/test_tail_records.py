@@ -1,0 +1,153 @@
+"""The tail's kept records (``EndOffsets(keep_records=...)``) are exactly what a read of the same
+offsets gives, and the source plans a small micro-batch with them instead of a fetch."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from foldstream.broker import EmbeddedBroker
+from foldstream.kafka import TopicSpec, ensure_topics, producer_config
+from foldstream.offsets import EndOffsets
+from foldstream.projections.source import (
+    KafkaRange,
+    KafkaRanges,
+    KafkaStreamReader,
+    decode_headers,
+    read_ranges,
+    write_owned,
+)
+
+
+def new_topic(broker: EmbeddedBroker, partitions: int = 2) -> str:
+    topic = f"tail-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker.bootstrap, [TopicSpec(topic, partitions)])
+    return topic
+
+
+def produce(broker: EmbeddedBroker, topic: str, partition: int, count: int, tag: str) -> None:
+    producer = Producer(producer_config(broker.bootstrap, linger_ms=5))
+    for n in range(count):
+        producer.produce(
+            topic,
+            key=f"{tag}-{n}".encode(),
+            value=json.dumps({"n": n}).encode(),
+            partition=partition,
+            headers=[("tag", tag.encode()), ("empty", None)],
+        )
+    assert producer.flush(30) == 0
+
+
+def produce_transaction(broker: EmbeddedBroker, topic: str, partition: int, count: int) -> None:
+    """``count`` records in one committed transaction: its marker takes an offset of its own."""
+    producer = Producer(
+        producer_config(broker.bootstrap, **{"transactional.id": f"tail-{uuid.uuid4().hex}"})
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for n in range(count):
+        producer.produce(topic, key=b"tx-%d" % n, value=b"{}", partition=partition)
+    producer.commit_transaction(30)
+
+
+def reached(ends: EndOffsets, wanted: dict[int, int], timeout: float = 20.0) -> dict[int, int]:
+    """The ends, once every partition of ``wanted`` reached its offset (there, not beyond)."""
+    deadline = time.monotonic() + timeout
+    while (now := ends.wait_beyond({p: o - 1 for p, o in wanted.items()}, 0.1)) != {
+        **now,
+        **wanted,
+    }:
+        assert time.monotonic() < deadline, f"ends {now}, waiting for {wanted}"
+    return now
+
+
+def read(broker: EmbeddedBroker, topic: str, spans: list[KafkaRange]) -> list[dict[str, Any]]:
+    return [row for b in read_ranges(broker.bootstrap, topic, spans) for row in b.to_pylist()]
+
+
+def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: EmbeddedBroker) -> None:
+    topic = new_topic(broker)
+    produce(broker, topic, 0, 5, "before")  # before the tail started: never kept
+    ends = EndOffsets(broker.bootstrap, topic, [0, 1], keep_records=100)
+    try:
+        assert ends.ends() == {0: 5, 1: 0}
+        produce_transaction(broker, topic, 0, 3)
+        produce(broker, topic, 0, 2, "after")
+        produce(broker, topic, 1, 4, "other")
+        now = reached(ends, {0: 11, 1: 4})  # 5 + 3 + the transaction's marker + 2
+        for partition, start in ((0, 5), (1, 0)):
+            kept = ends.records(partition, start, now[partition])
+            assert kept is not None
+            expected = read(broker, topic, [KafkaRange(partition, start, now[partition])])
+            assert [
+                (r.offset, r.key, r.value, r.headers and [tuple(h) for h in r.headers])
+                for r in kept
+            ] == [(e["offset"], e["key"], e["value"], got_headers(e["headers"])) for e in expected]
+        assert len(ends.records(0, 5, now[0]) or []) == 5  # the marker's offset holds no record
+        # The tail started at the end the broker reported (Tansu's can be a little short): it
+        # kept nothing from before that.
+        assert ends.records(0, 0, now[0]) is None
+        assert ends.records(0, 5, now[0] + 1) is None  # beyond the known end
+        ends.forget_below({0: now[0] - 1})
+        assert ends.records(0, 5, now[0]) is None
+        last = ends.records(0, now[0] - 1, now[0])
+        assert last is not None and [r.key for r in last] == [b"after-1"]
+    finally:
+        ends.close()
+
+
+def got_headers(encoded: bytes | None) -> list[tuple[str, bytes | None]] | None:
+    return list(decode_headers(encoded)) or None
+
+
+def test_only_the_newest_records_are_kept_past_the_limit(broker: EmbeddedBroker) -> None:
+    topic = new_topic(broker, 1)
+    ends = EndOffsets(broker.bootstrap, topic, [0], keep_records=4)
+    try:
+        assert ends.ends() == {0: 0}
+        produce(broker, topic, 0, 10, "many")
+        reached(ends, {0: 10})
+        assert ends.records(0, 0, 10) is None
+        newest = ends.records(0, 8, 10)
+        assert newest is not None and [r.offset for r in newest] == [8, 9]
+    finally:
+        ends.close()
+
+
+def test_a_small_micro_batch_is_planned_with_its_records(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    topic = new_topic(broker)
+    owned = tmp_path / "owned.json"
+    write_owned(owned, {0: 0, 1: 0})
+    reader = KafkaStreamReader(
+        {"bootstrap": broker.bootstrap, "topic": topic, "partitions": "0,1", "owned": str(owned)}
+    )
+    try:
+        assert reader.latestOffset({}, ReadAllAvailable()) == {"0": 0, "1": 0}
+        produce(broker, topic, 0, 3, "a")
+        produce(broker, topic, 1, 2, "b")
+        start = {"0": 0, "1": 0}
+        reached(reader._end_offsets(), {0: 3, 1: 2})
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {"0": 3, "1": 2}
+        (planned,) = reader.partitions(start, end)
+        assert isinstance(planned, KafkaRanges) and planned.rows is not None
+        from_tail = [row for b in reader.read(planned) for row in b.to_pylist()]
+        from_broker = [
+            row
+            for b in reader.read(KafkaRanges(planned.spans))  # the same ranges, fetched
+            for row in b.to_pylist()
+        ]
+        assert from_tail == from_broker and len(from_tail) == 5
+        reader.commit(end)  # folded: the tail keeps none of them any more
+        (replanned,) = reader.partitions(start, end)
+        assert isinstance(replanned, KafkaRanges) and replanned.rows is None
+    finally:
+        reader.stop()
