@@ -63,7 +63,8 @@ def command_round(
     seconds: float,
     connections: int,
 ) -> CommandRound:
-    """Commands at ``connections`` for ``seconds``, after the previous load was folded."""
+    """Commands at ``connections`` for ``seconds``, after the previous load was folded. The CPU
+    counted runs until this round's commands are folded too."""
     instance.wait_ready(timeout=600)
     with ExitStack() as stack:
         tree = stack.enter_context(CpuMeter(pid))
@@ -71,6 +72,7 @@ def command_round(
         result = run_load(
             wrk, instance.url, command_load(keys), seconds=seconds, connections=connections
         )
+        instance.wait_ready(timeout=600)
     done = max(1, result.requests)
     split = {kind: cpu / done * 1e6 for kind, cpu in tree.by_kind.items() if cpu > 0}
     if broker is not None:

@@ -112,8 +112,9 @@ class CpuMeter:
                 continue
             # A process born during the measurement spent all its CPU inside it.
             self._first.setdefault(member, used if first else 0.0)
-            if member not in self._kinds:
-                self._kinds[member] = "root" if member == self.pid else _kind(member)
+            # Classified again at every sample: a process seen between fork and exec still
+            # looks like its parent.
+            self._kinds[member] = "root" if member == self.pid else _kind(member)
             self._last[member] = used
 
     def _run(self) -> None:

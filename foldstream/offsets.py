@@ -33,6 +33,84 @@ class TailRecord(NamedTuple):
     headers: list[tuple[str, bytes | None]] | None
 
 
+class KeptRecords:
+    """The records a tailing consumer read, per partition, up to ``limit`` each (the newest).
+
+    Invariant: for a partition with a range ``[start, end)``, every record the consumer was
+    given at an offset in it is kept, in offset order. Offsets that hold no record a consumer
+    is given (transaction markers, aborted or compacted records) are gaps in the list, as they
+    are in a read. Whatever breaks the consumer's run forward (an error, going back to an
+    earlier offset, not being kept for a while) starts the partition's range again.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: dict[int, list[TailRecord]] = {}
+        self._start: dict[int, int] = {}
+        self._end: dict[int, int] = {}
+        self._only: set[int] | None = None
+
+    def keeps(self, partition: int) -> bool:
+        return self._only is None or partition in self._only
+
+    def on_record(self, partition: int, message: Any) -> None:
+        """The consumer gave ``message`` (of ``partition``)."""
+        if not self.keeps(partition):
+            return
+        offset = message.offset()
+        kept = self._kept.setdefault(partition, [])
+        start = self._start.get(partition)
+        if start is None or offset < start or (kept and offset <= kept[-1].offset):
+            kept.clear()  # the first record, or the consumer went back (an offset reset)
+            self._start[partition] = offset
+        kept.append(TailRecord(offset, message.key(), message.value(), message.headers()))
+        self._end[partition] = offset + 1
+        if len(kept) > self.limit:
+            del kept[: len(kept) - max(1, self.limit // 2)]
+            self._start[partition] = kept[0].offset
+
+    def on_end(self, partition: int, offset: int) -> None:
+        """The consumer reached the end of ``partition``, at ``offset``."""
+        if self.keeps(partition):
+            self._start.setdefault(partition, offset)
+            self._end[partition] = max(offset, self._end.get(partition, offset))
+
+    def forget(self, partition: int) -> None:
+        """Drop all of ``partition``: its range starts again with the next record or end."""
+        self._kept.pop(partition, None)
+        self._start.pop(partition, None)
+        self._end.pop(partition, None)
+
+    def keep_only(self, partitions: set[int]) -> None:
+        """Keep ``partitions`` only from now on (the others are dropped)."""
+        self._only = set(partitions)
+        # A partition not kept for a while may be kept again later: what it kept before says
+        # nothing about what it missed meanwhile.
+        for partition in (set(self._kept) | set(self._start)) - self._only:
+            self.forget(partition)
+
+    def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
+        """The records at offsets ``[start, end)``, or None unless the range is kept whole."""
+        kept_start, kept_end = self._start.get(partition), self._end.get(partition, -1)
+        if kept_start is None or kept_start > start or kept_end < end:
+            return None
+        kept = self._kept.get(partition, [])
+        first = bisect.bisect_left(kept, start, key=_offset)
+        return kept[first : bisect.bisect_left(kept, end, key=_offset)]
+
+    def forget_below(self, partition: int, offset: int) -> None:
+        """Drop the records below ``offset``."""
+        kept_start = self._start.get(partition)
+        if kept_start is None or offset <= kept_start:
+            return
+        if offset > self._end.get(partition, -1):
+            self.forget(partition)  # nothing kept is needed
+            return
+        kept = self._kept.get(partition, [])
+        del kept[: bisect.bisect_left(kept, offset, key=_offset)]
+        self._start[partition] = offset
+
+
 class EndOffsets:
     """Tracks ``{partition: end offset}`` of ``topic`` in a background thread.
 
@@ -51,11 +129,7 @@ class EndOffsets:
     ) -> None:
         self.topic = topic
         self.partitions = list(partitions)
-        self.keep_records = keep_records
-        #: Per partition, the records read from ``_kept_from`` on: every record the consumer
-        #: was given at or above that offset is in the list, in offset order.
-        self._kept: dict[int, list[TailRecord]] = {}
-        self._kept_from: dict[int, int] = {}
+        self._kept = KeptRecords(keep_records) if keep_records > 0 else None
         self._ends: dict[int, int] = {}
         self._known: set[int] = set()
         self._changed = threading.Condition()
@@ -82,35 +156,26 @@ class EndOffsets:
                     partition = message.partition()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:
-                            # Whatever the consumer does next, keep nothing from before it.
-                            self._kept_from.pop(partition, None)
-                            self._kept.pop(partition, None)
+                            if self._kept is not None:
+                                self._kept.forget(partition)
                             continue
                         end = message.offset()
                         self._known.add(partition)
-                        if self.keep_records:
-                            self._kept_from.setdefault(partition, end)
+                        if self._kept is not None:
+                            self._kept.on_end(partition, end)
                     else:
                         end = message.offset() + 1
-                        if self.keep_records:
-                            self._keep(partition, message)
+                        if self._kept is not None:
+                            self._kept.on_record(partition, message)
                     if end > self._ends.get(partition, -1):
                         self._ends[partition] = end
                 self._changed.notify_all()
 
-    def _keep(self, partition: int, message: Any) -> None:
-        offset = message.offset()
-        kept = self._kept.setdefault(partition, [])
-        kept_from = self._kept_from.get(partition)
-        if kept_from is None or offset < kept_from or (kept and offset <= kept[-1].offset):
-            # The first record of a partition, or the consumer went back (an offset reset):
-            # what is kept starts again here.
-            kept.clear()
-            self._kept_from[partition] = offset
-        kept.append(TailRecord(offset, message.key(), message.value(), message.headers()))
-        if len(kept) > self.keep_records:
-            del kept[: len(kept) - self.keep_records // 2]
-            self._kept_from[partition] = kept[0].offset
+    def keep_only(self, partitions: set[int]) -> None:
+        """Keep the records of ``partitions`` only, from now on."""
+        with self._changed:
+            if self._kept is not None:
+                self._kept.keep_only(partitions)
 
     def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
         """The records at offsets ``[start, end)`` of ``partition``, when the tail read all of
@@ -120,23 +185,14 @@ class EndOffsets:
         aborted or compacted records) are missing from the list, as they are from a read.
         """
         with self._changed:
-            kept_from = self._kept_from.get(partition)
-            if kept_from is None or kept_from > start or self._ends.get(partition, -1) < end:
-                return None
-            kept = self._kept.get(partition, [])
-            first = bisect.bisect_left(kept, start, key=_offset)
-            return kept[first : bisect.bisect_left(kept, end, key=_offset)]
+            return None if self._kept is None else self._kept.records(partition, start, end)
 
     def forget_below(self, offsets: dict[int, int]) -> None:
         """Drop the kept records below ``offsets[partition]`` (those are folded already)."""
         with self._changed:
             for partition, offset in offsets.items():
-                kept = self._kept.get(partition)
-                kept_from = self._kept_from.get(partition)
-                if kept is None or kept_from is None or offset <= kept_from:
-                    continue
-                del kept[: bisect.bisect_left(kept, offset, key=_offset)]
-                self._kept_from[partition] = offset
+                if self._kept is not None:
+                    self._kept.forget_below(partition, offset)
 
     def ends(self, timeout: float = 30.0) -> dict[int, int]:
         """The end offset of every partition; waits until each has been read to its end once."""

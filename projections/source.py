@@ -40,6 +40,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 ROWS_PER_ARROW_BATCH = 10_000
+#: Bytes of keys and values a micro-batch planned with its records may carry in its task.
+MAX_PLANNED_BYTES = 4 << 20
 READ_TIMEOUT_S = 120.0
 #: How long an idle micro-batch trigger waits for new records before Spark polls again.
 IDLE_WAIT_S = 0.5
@@ -243,7 +245,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         begun = {p: int(start.get(str(p), first)) for p, first in self._owned.items()}
         if not begun:
             return {}
-        self._end_offsets().forget_below(begun)
+        tail = self._end_offsets()
+        tail.keep_only(set(begun))
+        tail.forget_below(begun)
         ends = self._wait_for_data(begun)
         cap = None if isinstance(limit, ReadAllAvailable) else self.max_records
         latest = {}
@@ -294,9 +298,13 @@ class KafkaStreamReader(DataSourceStreamReader):
         """The rows of ``spans`` from the records the tail kept, or None if it lacks any."""
         assert self._ends is not None
         rows: list[Row] = []
+        size = 0
         for span in spans:
             kept = self._ends.records(span.partition, span.start, span.end)
             if kept is None:
+                return None
+            size += sum(len(r.key or b"") + len(r.value or b"") for r in kept)
+            if size > MAX_PLANNED_BYTES:
                 return None
             rows += (
                 (span.partition, r.offset, r.key, r.value, encode_headers(r.headers)) for r in kept

@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
-from foldstream.offsets import EndOffsets
+from foldstream.offsets import EndOffsets, KeptRecords, TailRecord
 from foldstream.projections.source import (
     KafkaRange,
     KafkaRanges,
@@ -151,3 +151,72 @@ def test_a_small_micro_batch_is_planned_with_its_records(
         assert isinstance(replanned, KafkaRanges) and replanned.rows is None
     finally:
         reader.stop()
+
+
+class Message:
+    """What :class:`KeptRecords` reads of a consumer's message (a record, not an error)."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k%d" % self._offset
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def headers(self) -> None:
+        return None
+
+
+def offsets(kept: list[TailRecord] | None) -> list[int] | None:
+    return None if kept is None else [r.offset for r in kept]
+
+
+def test_a_consumer_that_went_back_claims_nothing_it_has_not_read_again() -> None:
+    kept = KeptRecords(limit=100)
+    for offset in range(10):
+        kept.on_record(0, Message(offset))
+    assert offsets(kept.records(0, 5, 10)) == [5, 6, 7, 8, 9]
+    for offset in (5, 6):  # an offset reset sent the consumer back to 5
+        kept.on_record(0, Message(offset))
+    assert kept.records(0, 5, 10) is None  # 7-9 are not read again yet
+    assert offsets(kept.records(0, 5, 7)) == [5, 6]
+    assert kept.records(0, 4, 7) is None
+
+
+def test_an_error_or_a_pause_in_keeping_starts_the_range_again() -> None:
+    kept = KeptRecords(limit=100)
+    kept.on_end(0, 3)
+    kept.on_record(0, Message(4))  # offset 3 held a transaction marker
+    assert offsets(kept.records(0, 3, 5)) == [4]
+    kept.forget(0)  # the consumer reported an error
+    kept.on_record(0, Message(7))
+    assert kept.records(0, 3, 8) is None and offsets(kept.records(0, 7, 8)) == [7]
+    kept.keep_only({1})
+    kept.on_record(0, Message(8))  # not kept: nobody reads partition 0 now
+    kept.keep_only({0, 1})
+    kept.on_record(0, Message(9))
+    assert kept.records(0, 7, 10) is None  # 8 was read while partition 0 was not kept
+    assert offsets(kept.records(0, 9, 10)) == [9]
+
+
+def test_a_limit_of_one_keeps_the_newest_record() -> None:
+    kept = KeptRecords(limit=1)
+    for offset in range(3):
+        kept.on_record(0, Message(offset))
+    assert offsets(kept.records(0, 2, 3)) == [2] and kept.records(0, 1, 3) is None
+
+
+def test_forgetting_past_what_was_read_keeps_nothing_stale() -> None:
+    kept = KeptRecords(limit=100)
+    for offset in range(5):
+        kept.on_record(0, Message(offset))
+    kept.forget_below(0, 3)
+    assert offsets(kept.records(0, 3, 5)) == [3, 4] and kept.records(0, 2, 5) is None
+    kept.forget_below(0, 8)  # beyond what was read: the range starts again
+    kept.on_record(0, Message(5))
+    assert offsets(kept.records(0, 5, 6)) == [5]
