@@ -179,8 +179,9 @@ def test_writes_between_idle_flushes_keep_every_value(tmp_path: Path) -> None:
             for n in range(200):
                 task.put(b"k%d" % n, b"%d-%d" % (burst, n))
             task.commit(burst)
-            time.sleep(0.06)
-        assert len(list(table.glob("*.sst"))) > 1, "no idle flush happened"
+            time.sleep(0.1)
+        # Counted, not seen as table files: RocksDB compacts flushed files together.
+        assert host.idle_flushes > 0, "no idle flush happened"
         assert [held.get(b"k%d" % n) for n in (0, 199)] == [b"19-0", b"19-199"]
         assert held.applied_offset() == 19
     finally:

@@ -78,6 +78,7 @@ class StoreHost:
         self.host = host
         self.idle_flush_s = idle_flush_s
         self.idle_flush_entries = idle_flush_entries
+        self.idle_flushes = 0  # memtables flushed because idle, for the curious (tests)
         self._stopped = threading.Event()
         self.authkey = secrets.token_bytes(32)
         self._held: dict[StoreKey, HeldPartition] = {}
@@ -166,6 +167,7 @@ class StoreHost:
             for key, held in list(self._held.items()):
                 try:
                     if held.flush_if_idle(self.idle_flush_s, self.idle_flush_entries):
+                        self.idle_flushes += 1
                         log.debug("flushed the memtable of idle %s/%s", *key)
                 except PartitionClosed:
                     pass  # moved meanwhile: closing it flushed it
