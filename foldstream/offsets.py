@@ -71,9 +71,14 @@ class KeptRecords:
 
     def on_end(self, partition: int, offset: int) -> None:
         """The consumer reached the end of ``partition``, at ``offset``."""
-        if self.keeps(partition):
-            self._start.setdefault(partition, offset)
-            self._end[partition] = max(offset, self._end.get(partition, offset))
+        if not self.keeps(partition):
+            return
+        if offset < self._end.get(partition, offset):
+            # The log was cut back (an unclean leader election): what was kept from there on
+            # may be written again with other records.
+            self.forget(partition)
+        self._start.setdefault(partition, offset)
+        self._end[partition] = offset
 
     def forget(self, partition: int) -> None:
         """Drop all of ``partition``: its range starts again with the next record or end."""

@@ -244,6 +244,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._owned = read_owned(self.owned_path)
         begun = {p: int(start.get(str(p), first)) for p, first in self._owned.items()}
         if not begun:
+            if self._ends is not None:
+                self._ends.keep_only(set())
             return {}
         tail = self._end_offsets()
         tail.keep_only(set(begun))

@@ -220,3 +220,13 @@ def test_forgetting_past_what_was_read_keeps_nothing_stale() -> None:
     kept.forget_below(0, 8)  # beyond what was read: the range starts again
     kept.on_record(0, Message(5))
     assert offsets(kept.records(0, 5, 6)) == [5]
+
+
+def test_an_end_below_what_was_kept_drops_it() -> None:
+    kept = KeptRecords(limit=100)
+    for offset in range(10):
+        kept.on_record(0, Message(offset))
+    kept.on_end(0, 7)  # the log was cut back to 7: offsets 7-9 may hold other records now
+    assert kept.records(0, 5, 10) is None and kept.records(0, 5, 7) is None
+    kept.on_record(0, Message(7))
+    assert offsets(kept.records(0, 7, 8)) == [7]
