@@ -9,6 +9,7 @@ is not part of the instance but shares the machine's cores)."""
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -110,12 +111,12 @@ def command_figures(
     ]
     best = max(rounds, key=lambda r: r.per_cpu)
     # Every key gets a command, so that every lookup finds its key (a 404 takes the slower path).
+    load = command_load(keys)
+    body = json.loads(load.body or "{}")
     with ThreadPoolExecutor(16) as pool:
         sent = pool.map(
             lambda n: http(
-                "POST",
-                f"{instance.url}/commands/product/{Load.key_format % n}/receive_shipment",
-                {"quantity": 1},
+                load.method, instance.url + load.path.format(key=load.key_format % n), body
             )[0],
             range(keys),
         )

@@ -34,7 +34,8 @@ class TailRecord(NamedTuple):
 
 
 class KeptRecords:
-    """The records a tailing consumer read, per partition, up to ``limit`` each (the newest).
+    """The records a tailing consumer read, per partition, up to ``limit`` each (the newest;
+    none with a limit of 0).
 
     Invariant: for a partition with a range ``[start, end)``, every record the consumer was
     given at an offset in it is kept, in offset order. Offsets that hold no record a consumer
@@ -51,7 +52,7 @@ class KeptRecords:
         self._only: set[int] | None = None
 
     def keeps(self, partition: int) -> bool:
-        return self._only is None or partition in self._only
+        return self.limit > 0 and (self._only is None or partition in self._only)
 
     def on_record(self, partition: int, message: Any) -> None:
         """The consumer gave ``message`` (of ``partition``)."""
@@ -134,7 +135,7 @@ class EndOffsets:
     ) -> None:
         self.topic = topic
         self.partitions = list(partitions)
-        self._kept = KeptRecords(keep_records) if keep_records > 0 else None
+        self._kept = KeptRecords(keep_records)
         self._ends: dict[int, int] = {}
         self._known: set[int] = set()
         self._changed = threading.Condition()
@@ -161,17 +162,14 @@ class EndOffsets:
                     partition = message.partition()
                     if error is not None:
                         if error.code() != KafkaError._PARTITION_EOF:
-                            if self._kept is not None:
-                                self._kept.forget(partition)
+                            self._kept.forget(partition)
                             continue
                         end = message.offset()
                         self._known.add(partition)
-                        if self._kept is not None:
-                            self._kept.on_end(partition, end)
+                        self._kept.on_end(partition, end)
                     else:
                         end = message.offset() + 1
-                        if self._kept is not None:
-                            self._kept.on_record(partition, message)
+                        self._kept.on_record(partition, message)
                     if end > self._ends.get(partition, -1):
                         self._ends[partition] = end
                 self._changed.notify_all()
@@ -179,8 +177,7 @@ class EndOffsets:
     def keep_only(self, partitions: set[int]) -> None:
         """Keep the records of ``partitions`` only, from now on."""
         with self._changed:
-            if self._kept is not None:
-                self._kept.keep_only(partitions)
+            self._kept.keep_only(partitions)
 
     def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
         """The records at offsets ``[start, end)`` of ``partition``, when the tail read all of
@@ -190,14 +187,13 @@ class EndOffsets:
         aborted or compacted records) are missing from the list, as they are from a read.
         """
         with self._changed:
-            return None if self._kept is None else self._kept.records(partition, start, end)
+            return self._kept.records(partition, start, end)
 
     def forget_below(self, offsets: dict[int, int]) -> None:
         """Drop the kept records below ``offsets[partition]`` (those are folded already)."""
         with self._changed:
             for partition, offset in offsets.items():
-                if self._kept is not None:
-                    self._kept.forget_below(partition, offset)
+                self._kept.forget_below(partition, offset)
 
     def ends(self, timeout: float = 30.0) -> dict[int, int]:
         """The end offset of every partition; waits until each has been read to its end once."""

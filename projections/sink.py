@@ -242,15 +242,12 @@ def await_changelog(folded: Iterable[Folded]) -> None:
     """Wait until the changelog records of ``folded`` are all acknowledged (one wait for all
     of them: their partitions' acknowledgements come back in the same round trips), or raise
     :class:`BrokerUnavailable`."""
-    waiting = [f for f in folded if f.changelog is not None]
-    producers = {id(f.changelog.producer): f.changelog.producer for f in waiting if f.changelog}
-    unsent = sum(producer.flush(CHANGELOG_ACK_TIMEOUT_S) for producer in producers.values())
-    failed = [f for f in waiting if f.errors]
+    waiting = [(f, f.changelog) for f in folded if f.changelog is not None]
+    unsent = sum(p.flush(CHANGELOG_ACK_TIMEOUT_S) for p in {t.producer for _, t in waiting})
+    failed = [(f, t) for f, t in waiting if f.errors]
     if unsent or failed:
-        where = ", ".join(
-            f"{f.changelog.topic}/{f.changelog.partition}" for f in failed if f.changelog
-        )
-        errors = [e for f in failed for e in f.errors][:3]
+        where = ", ".join(f"{t.topic}/{t.partition}" for _, t in failed)
+        errors = [e for f, _ in failed for e in f.errors][:3]
         raise BrokerUnavailable(
             f"changelog not acknowledged ({unsent} records unsent; {where or 'none'} failed): "
             f"{errors}"
