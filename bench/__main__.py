@@ -10,18 +10,19 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import cluster, commands, freshness, lookups, rebuild
+from bench import cluster, lookups, rebuild
+from bench.inventory import PARTITIONS, inventory_figures
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
-from bench.procs import CpuMeter, PeakRss
+from bench.procs import PeakRss, pid_of
 from bench.report import Figure, print_table, write_json
+from bench.run import BenchRun
 from bench.workload import inventory_events, produce
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka import TopicSpec, ensure_topics, produce_when_room
@@ -29,10 +30,6 @@ from foldstream.process import InstanceProcess
 from foldstream.settings import Settings
 from foldstream.spark import FAST_CHECKPOINTS, JVM_OPTIONS, spark_session
 
-PARTITIONS = 4
-#: A command rate one instance sustains on 2 cores beside its load generator: freshness there is
-#: the pipeline's own latency, at the issue's 1k/s it includes the queue of an overloaded instance.
-LOW_RATE = 100.0
 GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,21 +64,11 @@ def _sizes(quick: bool) -> dict[str, Any]:
     )
 
 
-def _step(console: Console, what: str, run: Callable[[], Any]) -> Any:
-    started = time.perf_counter()
-    with console.status(what):
-        result = run()
-    console.print(f"[dim]{what}: {time.perf_counter() - started:.1f}s")
-    return result
-
-
-def rebuild_figures(
-    console: Console, bootstrap: str, tmp: Path, size: dict[str, Any]
-) -> tuple[list[Figure], dict[str, float]]:
+def rebuild_figures(run: BenchRun, bootstrap: str) -> tuple[list[Figure], dict[str, float]]:
     settings = Settings(
         service="rebuild",
         bootstrap_servers=bootstrap,
-        state_dir=tmp / "rebuild",
+        state_dir=run.tmp / "rebuild",
         partitions=PARTITIONS,
     )
     ensure_topics(
@@ -91,34 +78,30 @@ def rebuild_figures(
             TopicSpec(settings.changelog_topic(rebuild.STORE), PARTITIONS, compact=True),
         ],
     )
-    events, keys = size["events"], size["keys"]
-    _step(
-        console,
+    events, keys = run.size["events"], run.size["keys"]
+    run.step(
         f"producing {events:,} events over {keys:,} products",
         lambda: produce(bootstrap, settings.events_topic, inventory_events(keys, events)),
     )
-    reference = _step(
-        console,
+    reference = run.step(
         "reference: plain consumer fold",
         lambda: rebuild.reference_fold(
-            bootstrap, settings.events_topic, PARTITIONS, tmp / "reference"
+            bootstrap, settings.events_topic, PARTITIONS, run.tmp / "reference"
         ),
     )
     started = time.perf_counter()
-    spark = _step(console, "starting Spark (local[2])", lambda: spark_session("local[2]", "bench"))
+    spark = run.step("starting Spark (local[2])", lambda: spark_session("local[2]", "bench"))
     jvm_start = time.perf_counter() - started
     try:
-        rate, spark_figures = _step(
-            console,
+        rate, spark_figures = run.step(
             "projection rebuild through Spark",
             lambda: rebuild.spark_rebuild(spark, settings, PARTITIONS),
         )
-        for state in (tmp / "reference", settings.state_dir):
+        for state in (run.tmp / "reference", settings.state_dir):
             rebuild.check_stock(state, PARTITIONS, keys, events)
-        noop = _step(
-            console,
+        noop = run.step(
             "do-nothing Python reader → writer micro-batches",
-            lambda: noop_batch_ms(spark, size["noop_batches"]),
+            lambda: noop_batch_ms(spark, run.size["noop_batches"]),
         )
     finally:
         spark.stop()
@@ -152,33 +135,28 @@ def main() -> None:
     )
     wrk = wrk_binary(console)
     figures: list[Figure] = []
-    memory: dict[str, PeakRss] = {}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="foldstream-bench-") as name:
-        tmp = Path(name)
+        run = BenchRun(console, wrk, Path(name), size)
         with EmbeddedBroker() as broker:
-            rebuilt, noop = rebuild_figures(console, broker.bootstrap, tmp, size)
+            rebuilt, noop = rebuild_figures(run, broker.bootstrap)
             figures += rebuilt
-            figures += _lookups(console, wrk, broker.bootstrap, tmp, size, memory)
-        # A broker of their own: Tansu slows down once it holds the millions of records above,
-        # and the command side waits for its acks (command acks p50 ≈ 0.65 s were seen).
-        with EmbeddedBroker() as broker:
-            figures += _inventory(console, wrk, broker, tmp, size, noop, memory)
+            figures += _lookups(run, broker.bootstrap)
+        figures += inventory_figures(run, noop)
         # The cluster too: three instances on a broker that holds only their topics.
         with EmbeddedBroker() as broker:
-            figures += _step(
-                console,
+            figures += run.step(
                 "3-instance cluster: redirects, failover, restore",
                 lambda: cluster.cluster_figures(
                     broker.bootstrap,
-                    tmp,
+                    run.tmp,
                     keys=size["cluster_keys"],
                     lookups=size["cluster_lookups"],
                     rebuild_rate=rebuilt[0].value,
                 ),
             )
-    figures += _memory_figures(memory)
-    run = {
+    figures += _memory_figures(run.memory)
+    about = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": time.time() - started,
@@ -200,7 +178,7 @@ def main() -> None:
         f"foldstream bench{' --quick' if args.quick else ''} — ratios are within this run",
         figures,
     )
-    console.print(f"written to {write_json(args.json, run, figures)}")
+    console.print(f"written to {write_json(args.json, about, figures)}")
 
 
 def _memory_figures(memory: dict[str, PeakRss]) -> list[Figure]:
@@ -238,16 +216,9 @@ def _memory_figures(memory: dict[str, PeakRss]) -> list[Figure]:
     ]
 
 
-def _lookups(
-    console: Console,
-    wrk: str | None,
-    bootstrap: str,
-    tmp: Path,
-    size: dict[str, Any],
-    memory: dict[str, PeakRss],
-) -> list[Figure]:
+def _lookups(run: BenchRun, bootstrap: str) -> list[Figure]:
     """A queryable topic (``LatestValue``) of ``lookup_keys`` keys, served by an instance."""
-    keys = size["lookup_keys"]
+    keys = run.size["lookup_keys"]
     ensure_topics(
         bootstrap,
         [TopicSpec("supplier.prices", PARTITIONS), TopicSpec("supplier.ratings", PARTITIONS)],
@@ -267,43 +238,41 @@ def _lookups(
             )
         assert producer.flush(120) == 0
 
-    _step(console, f"producing {keys:,} keys to a queryable topic", load)
+    run.step(f"producing {keys:,} keys to a queryable topic", load)
     setup = lookups.LookupSetup(
-        state_dir=tmp / "prices",
+        state_dir=run.tmp / "prices",
         store="prices",
         partitions=PARTITIONS,
         partitioner="consistent",
         keys=keys,
         key_format="k-%07d",
-        seconds=size["seconds"],
-        rounds=size["rounds"],
+        seconds=run.size["seconds"],
+        rounds=run.size["rounds"],
     )
 
     def prices_instance(server: str) -> InstanceProcess:
         return InstanceProcess(
             bootstrap=bootstrap,
-            state_dir=tmp / "prices",
+            state_dir=run.tmp / "prices",
             service="foldstream.examples.prices:service",
             partitions=PARTITIONS,
             server=server,
         )
 
     instance = prices_instance("uvicorn")
-    with instance, PeakRss(_pid(instance)) as peak:
+    with instance, PeakRss(pid_of(instance)) as peak:
         started = time.perf_counter()
-        _step(
-            console,
+        run.step(
             f"instance (queryable topic) folding {keys:,} keys",
             lambda: instance.wait_ready(timeout=3600),
         )
         build = keys / (time.perf_counter() - started)
-        target = lookups.Target("instance", instance.url, _pid(instance))
-        figures = _step(
-            console,
+        target = lookups.Target("instance", instance.url, pid_of(instance))
+        figures = run.step(
             "lookups: instance vs minimal app vs variants",
-            lambda: lookups.lookup_figures(wrk, target, setup),
+            lambda: lookups.lookup_figures(run.wrk, target, setup),
         )
-    memory["instance serving a queryable topic"] = peak
+    run.memory["instance serving a queryable topic"] = peak
     figures.append(
         Figure(
             f"queryable topic loaded into a fresh instance, {keys:,} keys",
@@ -315,157 +284,16 @@ def _lookups(
     # The same stores served by the instance restarted on the other HTTP server.
     on_granian = prices_instance("granian")
     with on_granian:
-        _step(console, "instance restarted with --server granian", on_granian.wait_ready)
-        target = lookups.Target("instance on granian", on_granian.url, _pid(on_granian))
+        run.step("instance restarted with --server granian", on_granian.wait_ready)
+        target = lookups.Target("instance on granian", on_granian.url, pid_of(on_granian))
         figures.insert(
             1,
-            _step(
-                console,
+            run.step(
                 "lookups: instance on granian vs minimal app",
-                lambda: lookups.instance_on_granian_figure(wrk, target, setup),
+                lambda: lookups.instance_on_granian_figure(run.wrk, target, setup),
             ),
         )
     return figures  # type: ignore[no-any-return]
-
-
-def _inventory(
-    console: Console,
-    wrk: str | None,
-    broker: EmbeddedBroker,
-    tmp: Path,
-    size: dict[str, Any],
-    noop: dict[str, float],
-    memory: dict[str, PeakRss],
-) -> list[Figure]:
-    """Freshness and command throughput on an inventory instance."""
-    bootstrap, broker_pid = broker.bootstrap, broker.pid
-    assert broker_pid is not None, "the broker is not running"
-    instance = InstanceProcess(
-        bootstrap=bootstrap, state_dir=tmp / "inventory", partitions=PARTITIONS
-    )
-    with instance, PeakRss(_pid(instance)) as peak:
-        _step(console, "starting the inventory instance", lambda: instance.wait_ready(timeout=600))
-        target = lookups.Target("inventory instance", instance.url, _pid(instance))
-        # A just-started JVM is still compiling: freshness is measured on a warm instance, as
-        # the do-nothing reference batch is (it runs after the rebuild, in a warm JVM).
-        _step(
-            console,
-            "warming the instance up with commands",
-            lambda: lookups.warm_up(
-                wrk, target, commands.command_load(size["command_keys"]), size["seconds"]
-            ),
-        )
-        tail = freshness.TailingFold(bootstrap, "inventory.events", PARTITIONS, tmp / "tail")
-
-        def freshness_at(rate: float) -> freshness.ClientResult:
-            instance.wait_ready(timeout=600)  # no backlog left from the run before
-            started = time.perf_counter()
-            with CpuMeter(_pid(instance)) as tree, CpuMeter(broker_pid) as on_broker:
-                client: freshness.ClientResult = _step(
-                    console,
-                    f"freshness at {rate:,.0f} commands/s for {size['fresh_seconds']:g}s",
-                    lambda: freshness.run_client(
-                        instance.url,
-                        rate=rate,
-                        seconds=size["fresh_seconds"],
-                        keys=size["command_keys"],
-                    ),
-                )
-            # Over the whole run, the load client's start included (it counts its own CPU).
-            wall = time.perf_counter() - started
-            client.cores = {
-                "instance": tree.seconds / wall,
-                "broker": on_broker.seconds / wall,
-                "load client": client.cpu_s / wall,
-            }
-            return client
-
-        with tail:
-            clients = {rate: freshness_at(rate) for rate in (size["rate"], LOW_RATE)}
-        figures = _step(
-            console,
-            "command throughput vs lookups, same instance",
-            lambda: commands.command_figures(
-                wrk,
-                instance,
-                target,
-                keys=size["command_keys"],
-                seconds=size["seconds"],
-                broker_pid=broker_pid,
-            ),
-        )
-    memory["inventory instance (freshness + commands)"] = peak
-    return [  # type: ignore[no-any-return]
-        *_freshness_figures(clients[size["rate"]], tail, noop, rate=size["rate"], targeted=True),
-        *_freshness_figures(clients[LOW_RATE], tail, noop, rate=LOW_RATE, targeted=False),
-        *figures,
-    ]
-
-
-def _freshness_figures(
-    client: freshness.ClientResult,
-    tail: freshness.TailingFold,
-    noop: dict[str, float],
-    *,
-    rate: float,
-    targeted: bool,
-) -> list[Figure]:
-    """Freshness p50 and p99 of one client run (the issue's targets apply at the 1k/s rate),
-    and the tailing consumer's for the same commands."""
-    seen = [p for p in client.probes if p.visible is not None]
-    served = [(p.visible - p.acknowledged) * 1e3 for p in seen if p.visible is not None]
-    tailed = [
-        max(0.0, (t - p.acknowledged) * 1e3)
-        for p in client.probes
-        if (t := tail.visible_at(p.partition, p.offset)) is not None
-    ]
-    batch = noop["median"]
-    achieved = client.sent / client.seconds if client.seconds else 0.0
-    cores = ", ".join(f"{name} {used:.2f}" for name, used in client.cores.items())
-    common = (
-        f"{len(served)}/{len(client.probes)} probes seen; {achieved:,.0f} commands/s sent "
-        f"({client.failed} failed), ack p50 {freshness.percentile(client.ack_ms, 0.5):.1f} ms; "
-        f"load client {client.cpu_s / max(1, client.sent) * 1e6:.0f} µs CPU/command; cores "
-        f"used: {cores} (sum {sum(client.cores.values()):.2f} of {len(os.sched_getaffinity(0))})"
-    )
-    reference = f"do-nothing Python reader→writer batch (median, p90 {noop['p90']:.0f} ms)"
-    details = {"noop": noop, "served_ms": served, "tailing_ms": tailed, "cores": client.cores}
-    at = f"at {rate:,.0f} commands/s"
-    figures = [
-        Figure(
-            f"freshness p50 {at}: command ack → visible through the query API",
-            freshness.percentile(served, 0.5),
-            "ms",
-            batch,
-            reference,
-            ("<=", 2.0) if targeted else None,
-            note=common if targeted else f"{common}; info: below the instance's saturation",
-            details=details,
-        ),
-        Figure(
-            f"freshness p99 {at}",
-            freshness.percentile(served, 0.99),
-            "ms",
-            batch,
-            reference,
-            ("<=", 4.0) if targeted else None,
-        ),
-    ]
-    if tailed:
-        figures.append(
-            Figure(
-                f"reference {at}: plain tailing consumer, same fold (p50; p99 in note)",
-                freshness.percentile(tailed, 0.5),
-                "ms",
-                note=f"p99 {freshness.percentile(tailed, 0.99):.0f} ms; info",
-            )
-        )
-    return figures
-
-
-def _pid(instance: InstanceProcess) -> int:
-    assert instance.process is not None
-    return instance.process.pid
 
 
 if __name__ == "__main__":

@@ -91,7 +91,8 @@ class _Batches(StreamingQueryListener):
 
 
 def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> dict[str, float]:
-    """Median and p90 of the do-nothing query's batch time (ms), after ``warmup`` batches."""
+    """Median and p90 of the do-nothing query's batch time (ms), after ``warmup`` batches, and
+    the mean of each phase Spark reports (``phase <name>``)."""
     spark.dataSource.register(NoopSource)
     listener = _Batches(batches + warmup)
     spark.streams.addListener(listener)
@@ -110,9 +111,15 @@ def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> di
         finally:
             query.stop()
             spark.streams.removeListener(listener)
-    times = sorted(p["durationMs"]["triggerExecution"] for p in progress[warmup:])
+    measured = progress[warmup:]
+    times = sorted(p["durationMs"]["triggerExecution"] for p in measured)
+    phases = {phase for p in measured for phase in p["durationMs"]} - {"triggerExecution"}
     return {
         "median": statistics.median(times),
         "p90": times[int(len(times) * 0.9)],
         "batches": len(times),
+        **{
+            f"phase {phase}": statistics.fmean(p["durationMs"].get(phase, 0) for p in measured)
+            for phase in sorted(phases)
+        },
     }

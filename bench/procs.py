@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from foldstream.process import InstanceProcess
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -192,3 +196,9 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def pid_of(instance: InstanceProcess) -> int:
+    """The pid of a started instance's own process (the root of its tree)."""
+    assert instance.process is not None
+    return instance.process.pid

@@ -58,7 +58,8 @@ class GroupCommitter:
         self._max_records = max_records
         self._queues: dict[int, list[_Batch]] = {}
         self._flushing: set[int] = set()
-        self.transactions = 0  # committed, for the curious (tests, benchmarks)
+        self.transactions = 0  # committed (metrics, tests, benchmarks)
+        self.commands = 0  # whose transaction committed
 
     def append(
         self, writer: PartitionWriter, records: Sequence[EventRecord]
@@ -103,6 +104,7 @@ class GroupCommitter:
                             waiter.set_exception(exc)
                 else:
                     self.transactions += 1
+                    self.commands += len(batch.waiters)
                     for index, waiter in batch.waiters:
                         if not waiter.done():  # the client may have gone away meanwhile
                             waiter.set_result(offsets[index])

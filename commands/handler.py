@@ -182,6 +182,11 @@ class CommandHandler:
         """The partition of the events topic that holds ``aggregate_id``'s events."""
         return partition_for(aggregate_id.encode(), self.partitions)
 
+    def counts(self) -> dict[str, int]:
+        """``{"transactions": n, "commands": n}`` committed since the start (group commit puts
+        several commands in one transaction under load)."""
+        return {"transactions": self._committer.transactions, "commands": self._committer.commands}
+
     def owned(self) -> frozenset[int]:
         """The partitions accepting commands (assigned and replayed)."""
         with self._guard:

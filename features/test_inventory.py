@@ -7,4 +7,4 @@ from __future__ import annotations
 
 from pytest_bdd import scenarios
 
-scenarios("commands.feature", "queries.feature", "projections.feature")
+scenarios("commands.feature", "queries.feature", "projections.feature", "metrics.feature")

@@ -16,6 +16,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.cluster import ClusterNode
@@ -24,8 +27,9 @@ from foldstream.commands.http import command_routes
 from foldstream.direct_routes import DirectRoutes
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
+from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
-from foldstream.projections.runner import ProjectionRunner
+from foldstream.projections.runner import ProjectionRunner, query_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
@@ -47,6 +51,9 @@ class Instance:
         self.handler: CommandHandler | None = None
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
+        self.metrics = InstanceMetrics(
+            command_counts=lambda: self.handler.counts() if self.handler else None
+        )
         app = Starlette(
             routes=[
                 *command_routes(
@@ -58,6 +65,7 @@ class Instance:
                     self.readiness,
                     lambda: self._require(self.node).snapshot(),
                 ),
+                Route("/metrics", self._metrics),
             ],
             lifespan=self._lifespan,
         )
@@ -72,6 +80,10 @@ class Instance:
         if resource is None:
             raise RuntimeError("the instance is not started")
         return resource
+
+    async def _metrics(self, request: Request) -> Response:
+        """``GET /metrics``: the instance's metrics in Prometheus' text format."""
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
     def _released(self, partition: int, error: Exception) -> None:
         # The command handler gave a partition up: the cluster node decides what happens next.
@@ -153,6 +165,11 @@ class Instance:
             self.handler = handler
             spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
             stack.callback(spark.stop)
+            stores_of = {
+                query_name(settings.service, p.store): p.store for p in self.service.projections
+            }
+            unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
+            stack.callback(unlisten)
             # Closed after the queries stopped: no task writes through it any more.
             host = StoreHost(state_dir=settings.state_dir, host=settings.store_host)
             host.start()

@@ -35,6 +35,11 @@ RESTART_WINDOW_S = 600.0
 SUPERVISE_INTERVAL_S = 0.5
 
 
+def query_name(service: str, store: str) -> str:
+    """The name of the streaming query of ``service``'s projection into ``store``."""
+    return f"{service}.{store}"
+
+
 def stored_offsets(
     host: StoreHost, store: str, topic: str, partitions: Sequence[int]
 ) -> dict[int, int]:
@@ -171,7 +176,7 @@ class ProjectionRunner:
         )
         return (
             stream.writeStream.format("foldstream-store")
-            .queryName(f"{settings.service}.{projection.store}")
+            .queryName(query_name(settings.service, projection.store))
             .option("checkpointLocation", str(scratch / uuid.uuid4().hex))
             .option("service", self.service_path)
             .option("store", projection.store)

@@ -1,0 +1,154 @@
+"""Prometheus metrics of an instance, served at ``GET /metrics``.
+
+Each instance has a registry of its own (tests and benchmarks run several instances in one
+process). What it holds:
+
+- ``foldstream_projection_batch_seconds{store}``: each micro-batch of a projection, start to
+  end of its trigger (Spark's ``triggerExecution``), the time that bounds freshness;
+- ``foldstream_projection_phase_seconds{store,phase}``: the parts Spark reports of each trigger
+  (``latestOffset``, ``queryPlanning``, ``addBatch``, ``walCommit``, ``commitOffsets`` ...);
+- ``foldstream_projection_records_total{store}``: records the projection's micro-batches read;
+- ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
+  transactions of the command side and the commands they carried (group commit: their ratio
+  is the commands per transaction).
+
+The projection figures come from Spark's progress reports through a
+:class:`~pyspark.sql.streaming.StreamingQueryListener`, so every micro-batch is counted once,
+however fast they follow each other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: Micro-batch durations from a do-nothing batch (≈0.1 s) to a rebuild's large ones.
+BATCH_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _CommandCounts(Collector):
+    """Reads the command side's counters when scraped: nothing to do per command."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int] | None]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._counts() or {}
+        yield CounterMetricFamily(
+            "foldstream_command_transactions",
+            "Kafka transactions committed by the command side",
+            value=counts.get("transactions", 0),
+        )
+        yield CounterMetricFamily(
+            "foldstream_commands_committed",
+            "Commands whose events were committed",
+            value=counts.get("commands", 0),
+        )
+
+
+class InstanceMetrics:
+    """The metrics of one instance. ``command_counts()`` returns the command side's
+    ``{"transactions": n, "commands": n}`` (None while it is not running)."""
+
+    def __init__(self, *, command_counts: Callable[[], Mapping[str, int] | None]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.batch_seconds = Histogram(
+            "foldstream_projection_batch_seconds",
+            "Duration of a projection's micro-batch (Spark's triggerExecution)",
+            ["store"],
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.phase_seconds = Histogram(
+            "foldstream_projection_phase_seconds",
+            "Duration of a part of a projection's micro-batch, as Spark reports it",
+            ["store", "phase"],
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.records = Counter(
+            "foldstream_projection_records",
+            "Records read by a projection's micro-batches",
+            ["store"],
+            registry=self.registry,
+        )
+        self.registry.register(_CommandCounts(command_counts))
+
+    def observe_progress(self, store: str, progress: Mapping[str, Any]) -> None:
+        """Record one of Spark's progress reports (``StreamingQueryProgress`` as a dict)."""
+        durations = progress.get("durationMs") or {}
+        total = durations.get("triggerExecution")
+        if total is None:
+            return
+        self.batch_seconds.labels(store).observe(total / 1e3)
+        for phase, ms in durations.items():
+            if phase != "triggerExecution":
+                self.phase_seconds.labels(store, phase).observe(ms / 1e3)
+        self.records.labels(store).inc(progress.get("numInputRows") or 0)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)  # type: ignore[no-any-return]
+
+
+class _ProgressListener:
+    """A Java ``PythonStreamingQueryListener`` that hands each progress report to
+    :meth:`InstanceMetrics.observe_progress` as Spark's own JSON of it.
+
+    pyspark's :class:`~pyspark.sql.streaming.StreamingQueryListener` converts every report into
+    Python objects field by field, a py4j round trip each (sources, sink, durations, event
+    times...); one ``json()`` call is all the metrics need.
+    """
+
+    def __init__(self, metrics: InstanceMetrics, stores: Mapping[str, str]) -> None:
+        self.metrics = metrics
+        self.stores = dict(stores)
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            progress = json.loads(event.progress().json())
+            store = self.stores.get(progress.get("name"))
+            if store is not None:
+                self.metrics.observe_progress(store, progress)
+        except Exception:  # noqa: BLE001 - a metric must never stop the query's events
+            log.exception("recording a projection's progress")
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def listen_to_progress(
+    spark: SparkSession, metrics: InstanceMetrics, stores: Mapping[str, str]
+) -> Callable[[], None]:
+    """Feed ``metrics`` with the progress of the queries named in ``stores`` (``{query name:
+    store}``); return what removes the listener."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    gateway = spark.sparkContext._gateway
+    ensure_callback_server_started(gateway)
+    wrapper = spark._jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper  # type: ignore[union-attr]
+    listener = wrapper(_ProgressListener(metrics, stores))
+    manager = spark._jsparkSession.streams()
+    manager.addListener(listener)
+    return lambda: manager.removeListener(listener)

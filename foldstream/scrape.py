@@ -1,0 +1,90 @@
+"""Reading an instance's ``GET /metrics`` (:mod:`foldstream.metrics`) from outside: its samples,
+and what happened between two scrapes (a projection's micro-batches: count, records, mean
+duration, mean of each phase Spark reports; the command side's transactions). Benchmarks and the
+test steps use it."""
+
+from __future__ import annotations
+
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(url: str) -> Samples:
+    """Every sample of ``url``/metrics, keyed by name and labels."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
+        body = response.read()
+        kind = response.headers.get("content-type", "")
+    if not kind.startswith("text/plain"):
+        raise ValueError(f"{url}/metrics answered {kind!r}, not Prometheus' text format")
+    return samples(body.decode())
+
+
+def samples(exposition: str) -> Samples:
+    """The samples of a text in Prometheus' text format, keyed by name and labels."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+    }
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Between two scrapes: micro-batches of ``store`` and command transactions."""
+
+    batches: int
+    records: int
+    batch_mean_ms: float
+    phase_mean_ms: dict[str, float]
+    transactions: int
+    commands: int
+
+    def describe(self) -> str:
+        phases = ", ".join(
+            f"{phase} {ms:.0f}" for phase, ms in sorted(self.phase_mean_ms.items()) if ms >= 1
+        )
+        per_tx = self.commands / self.transactions if self.transactions else 0.0
+        return (
+            f"projection: {self.batches} micro-batches of {self.records} records, "
+            f"mean {self.batch_mean_ms:.0f} ms "
+            f"({phases}); {per_tx:.1f} commands per transaction"
+        )
+
+
+def activity(before: Samples, after: Samples, store: str) -> Activity:
+    """What happened between the scrapes ``before`` and ``after``."""
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, frozenset({"store": store, **labels}.items()))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    def counter(name: str) -> int:
+        key: tuple[str, frozenset[tuple[str, str]]] = (name, frozenset())
+        return int(after.get(key, 0.0) - before.get(key, 0.0))
+
+    batches = delta("foldstream_projection_batch_seconds_count")
+    phases = {
+        dict(labels)["phase"]
+        for name, labels in after
+        if name == "foldstream_projection_phase_seconds_count"
+        and dict(labels).get("store") == store
+    }
+    phase_mean = {
+        phase: delta("foldstream_projection_phase_seconds_sum", phase=phase) / batches * 1e3
+        for phase in phases
+        if batches
+    }
+    return Activity(
+        batches=int(batches),
+        records=int(delta("foldstream_projection_records_total")),
+        batch_mean_ms=delta("foldstream_projection_batch_seconds_sum") / batches * 1e3
+        if batches
+        else 0.0,
+        phase_mean_ms=phase_mean,
+        transactions=counter("foldstream_command_transactions_total"),
+        commands=counter("foldstream_commands_committed_total"),
+    )

@@ -1,0 +1,60 @@
+"""Steps for an instance's ``GET /metrics``, read with :mod:`foldstream.scrape`.
+
+::
+
+    Given the instance's metrics were read
+    Then its metrics count 2 more committed commands, in 1 or 2 transactions
+    And its metrics show micro-batches of store "stock" that read at least 2 records
+"""
+
+from __future__ import annotations
+
+from pytest_bdd import given, parsers, then
+
+from foldstream.process import InstanceProcess
+from foldstream.scrape import Activity, Samples, activity, scrape
+from foldstream.testing.steps import wait_until
+
+
+@given("the instance's metrics were read", target_fixture="metrics_before")
+def metrics_read(instance: InstanceProcess) -> Samples:
+    return scrape(instance.url)
+
+
+@then(
+    parsers.parse(
+        "its metrics count {commands:d} more committed commands, "
+        "in {fewest:d} or {most:d} transactions"
+    )
+)
+def commands_counted(
+    instance: InstanceProcess, metrics_before: Samples, commands: int, fewest: int, most: int
+) -> None:
+    # Counted before the command is answered: no waiting.
+    since = activity(metrics_before, scrape(instance.url), store="")
+    assert since.commands == commands, since
+    assert fewest <= since.transactions <= most, since
+
+
+@then(
+    parsers.parse(
+        'its metrics show micro-batches of store "{store}" that read at least {records:d} records'
+    )
+)
+def batches_shown(
+    instance: InstanceProcess, metrics_before: Samples, store: str, records: int
+) -> None:
+    last: list[Activity] = []
+
+    def counted() -> bool:
+        # Spark reports a micro-batch's progress after it committed: the values may be served
+        # a moment before their batch is counted.
+        last[:] = [activity(metrics_before, scrape(instance.url), store)]
+        return last[0].records >= records
+
+    wait_until(counted, lambda: f"the metrics show {last}")
+    since = last[0]
+    assert since.batches >= 1 and since.batch_mean_ms > 0, since
+    # Spark's parts of a micro-batch, as it names them: the one that runs the fold among them.
+    assert since.phase_mean_ms.get("addBatch", 0) > 0, since
+    assert since.phase_mean_ms["addBatch"] <= since.batch_mean_ms, since
