@@ -1,7 +1,7 @@
 """Prometheus metrics of an instance, served at ``GET /metrics``.
 
-Each instance has a registry of its own (tests and benchmarks run several instances in one
-process). What it holds:
+Each instance has a registry of its own, not prometheus-client's global one: nothing else an
+application imports can add to or clash with what an instance serves. What it holds:
 
 - ``foldstream_projection_batch_seconds{store}``: each micro-batch of a projection, start to
   end of its trigger (Spark's ``triggerExecution``), the time that bounds freshness;
@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: Micro-batch durations from a do-nothing batch (≈0.1 s) to a rebuild's large ones.
 BATCH_BUCKETS = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
+#: Parts of a batch: checkpoint writes and planning take milliseconds, ``addBatch`` the rest.
+PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0, 30.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -75,7 +77,7 @@ class InstanceMetrics:
             "foldstream_projection_phase_seconds",
             "Duration of a part of a projection's micro-batch, as Spark reports it",
             ["store", "phase"],
-            buckets=BATCH_BUCKETS,
+            buckets=PHASE_BUCKETS,
             registry=self.registry,
         )
         self.records = Counter(

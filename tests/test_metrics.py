@@ -3,11 +3,13 @@ format, and what :mod:`foldstream.scrape` reads back from two expositions."""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import pytest
 
-from foldstream.metrics import InstanceMetrics
+from foldstream.metrics import InstanceMetrics, _ProgressListener
 from foldstream.scrape import activity, samples
 
 
@@ -51,3 +53,33 @@ def test_a_report_without_a_trigger_time_is_not_a_batch() -> None:
     metrics.observe_progress("stock", {"name": "inventory.stock", "durationMs": {}})
     since = activity(before, samples(metrics.exposition().decode()), "stock")
     assert (since.batches, since.records, since.batch_mean_ms) == (0, 0, 0.0)
+
+
+class _ProgressEvent:
+    """The part of py4j's ``QueryProgressEvent`` proxy the listener calls."""
+
+    def __init__(self, progress: dict[str, Any] | str) -> None:
+        self._json = progress if isinstance(progress, str) else json.dumps(progress)
+
+    def progress(self) -> _ProgressEvent:
+        return self
+
+    def json(self) -> str:
+        return self._json
+
+
+def test_the_listener_records_the_queries_it_was_given_and_survives_bad_reports(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = InstanceMetrics(command_counts=lambda: None)
+    listener = _ProgressListener(metrics, {"inventory.stock": "stock"})
+    before = samples(metrics.exposition().decode())
+
+    listener.onQueryProgress(_ProgressEvent(progress(120, 4, addBatch=90)))
+    listener.onQueryProgress(_ProgressEvent({**progress(500, 9), "name": "someone.else"}))
+    with caplog.at_level(logging.ERROR, logger="foldstream.metrics"):
+        listener.onQueryProgress(_ProgressEvent("not json"))
+
+    since = activity(before, samples(metrics.exposition().decode()), "stock")
+    assert (since.batches, since.records, since.batch_mean_ms) == (1, 4, 120.0)
+    assert "recording a projection's progress" in caplog.text

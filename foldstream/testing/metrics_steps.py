@@ -50,7 +50,7 @@ def batches_shown(
         # Spark reports a micro-batch's progress after it committed: the values may be served
         # a moment before their batch is counted.
         last[:] = [activity(metrics_before, scrape(instance.url), store)]
-        return last[0].records >= records
+        return last[0].records >= records and last[0].batches >= 1
 
     wait_until(counted, lambda: f"the metrics show {last}")
     since = last[0]
