@@ -84,25 +84,35 @@ class Connections:
         self._by_host.clear()
 
 
-def get_repeatedly(urls: list[str], *, seconds: float, connections: int = 32) -> int:
+def get_repeatedly(
+    urls: list[str], *, seconds: float, connections: int = 32, rate: float | None = None
+) -> int:
     """GET every one of ``urls`` (following redirects) from ``connections`` concurrent
     clients, over and over until ``seconds`` passed, in a separate (spawned) process; the
-    number of GETs. Each must end in a 200 (AssertionError otherwise)."""
+    number of GETs. Each must end in a 200 (AssertionError otherwise). With ``rate``, the GETs
+    leave on a schedule of ``rate`` per second, as long as a client is free to send the next
+    one; without, each client sends its next GET as soon as its last one is answered."""
     context = multiprocessing.get_context("spawn")
     with context.Pool(1) as pool:
-        return pool.apply(_get_repeatedly, (urls, seconds, connections))
+        return pool.apply(_get_repeatedly, (urls, seconds, connections, rate))
 
 
-def _get_repeatedly(urls: list[str], seconds: float, connections: int) -> int:
+def _get_repeatedly(urls: list[str], seconds: float, connections: int, rate: float | None) -> int:
     done = 0
+    started = time.perf_counter()
 
     async def client(deadline: float) -> None:
         nonlocal done
         open_connections = Connections()  # kept alive for the whole run, as a client pool
         try:
             while time.perf_counter() < deadline:
-                url = urls[done % len(urls)]
+                slot = done
                 done += 1
+                if rate is not None:
+                    delay = started + slot / rate - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                url = urls[slot % len(urls)]
                 status, body = await open_connections.get(url)
                 if status != 200:
                     raise AssertionError(f"{url}: {status} {body[:200]!r}")
@@ -110,7 +120,7 @@ def _get_repeatedly(urls: list[str], seconds: float, connections: int) -> int:
             open_connections.close()
 
     async def run() -> None:
-        deadline = time.perf_counter() + seconds
+        deadline = started + seconds
         await asyncio.gather(*(client(deadline) for _ in range(connections)))
 
     asyncio.run(run())
