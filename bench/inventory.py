@@ -19,8 +19,9 @@ from foldstream.process import InstanceProcess
 from foldstream.scrape import Activity, activity, scrape
 
 PARTITIONS = 4
-#: A rate at which the instance, the broker and the load client leave a core idle: freshness
-#: there is the pipeline's own latency; at the issue's 1k/s they use about 1.8 of the 2 cores.
+#: A rate at which the instance, the broker and the load client leave most of a core idle
+#: (1.26-1.32 of 2 used in full runs): freshness there is the pipeline's own latency; at the
+#: issue's 1k/s they use 1.63-1.66.
 LOW_RATE = 100.0
 
 
@@ -30,10 +31,9 @@ def _inventory_instance(
 ) -> Iterator[tuple[EmbeddedBroker, InstanceProcess, lookups.Target]]:
     """A warm inventory instance on a broker of its own, for one ``purpose``.
 
-    Each round gets a fresh broker: Tansu's produce latency and the CPU it spends on a tailing
-    consumer grow with a partition's history of small transactions (one partition: a
-    transaction takes 2.1 ms after 50, 5.9 ms after 8k, 14 ms after 20k; an idle tailing
-    consumer costs it 1 core there), and every round writes tens of thousands of them.
+    Each round gets a fresh broker: the CPU Tansu spends on a tailing consumer grows with the
+    topic's history (``python -m bench.broker_history``: 0.17 cores at 12k records of small
+    transactions, 0.42 at 44k), and every round writes tens of thousands of records.
     """
     with EmbeddedBroker() as broker:
         instance = InstanceProcess(
@@ -105,10 +105,9 @@ def inventory_figures(run: BenchRun, noop: dict[str, float]) -> list[Figure]:
             _,
         ):
             client, during = _freshness_round(run, broker, instance, rate)
-        # The reference on an instance and broker of its own too, so that it starts from the
-        # same history: on Tansu a tailing consumer costs the broker 0.13 cores at 8k records
-        # of history and 0.33 at 40k (a fetch's cost grows with the partition's history), CPU
-        # the projection's round would lose on 2 cores if it ran beside it.
+        # The reference on an instance and broker of its own too, from the same history, not
+        # beside the projection: the broker's CPU for a tailing consumer (see
+        # _inventory_instance) would be taken from the projection's round on 2 cores.
         with _inventory_instance(run, f"reference at {rate:,.0f} commands/s") as (
             broker,
             instance,

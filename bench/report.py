@@ -108,12 +108,3 @@ def write_json(path: Path | None, run: dict[str, Any], figures: list[Figure]) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**run, "figures": [f.as_json() for f in figures]}, indent=2))
     return path
-
-
-def step(console: Console, what: str, run: Callable[[], Any]) -> Any:
-    """Run ``run`` under a spinner saying ``what``, then print how long it took."""
-    started = time.perf_counter()
-    with console.status(what):
-        result = run()
-    console.print(f"[dim]{what}: {time.perf_counter() - started:.1f}s")
-    return result

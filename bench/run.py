@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,6 @@ from typing import Any
 from rich.console import Console
 
 from bench.procs import PeakRss
-from bench.report import step
 
 
 @dataclass(frozen=True)
@@ -26,5 +26,9 @@ class BenchRun:
     memory: dict[str, PeakRss] = field(default_factory=dict)
 
     def step(self, what: str, run: Callable[[], Any]) -> Any:
-        """:func:`bench.report.step` on this run's console."""
-        return step(self.console, what, run)
+        """Run ``run`` under a spinner saying ``what``, then print how long it took."""
+        started = time.perf_counter()
+        with self.console.status(what):
+            result = run()
+        self.console.print(f"[dim]{what}: {time.perf_counter() - started:.1f}s")
+        return result

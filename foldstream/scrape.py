@@ -58,33 +58,31 @@ class Activity:
 def activity(before: Samples, after: Samples, store: str) -> Activity:
     """What happened between the scrapes ``before`` and ``after``."""
 
-    def delta(name: str, **labels: str) -> float:
-        key = (name, frozenset({"store": store, **labels}.items()))
+    def change(name: str, **labels: str) -> float:
+        key = (name, frozenset(labels.items()))
         return after.get(key, 0.0) - before.get(key, 0.0)
 
-    def counter(name: str) -> int:
-        key: tuple[str, frozenset[tuple[str, str]]] = (name, frozenset())
-        return int(after.get(key, 0.0) - before.get(key, 0.0))
+    batches = int(change("foldstream_projection_batch_seconds_count", store=store))
 
-    batches = delta("foldstream_projection_batch_seconds_count")
+    def mean_ms(name: str, **labels: str) -> float:
+        return change(name, store=store, **labels) / batches * 1e3 if batches else 0.0
+
     phases = {
         dict(labels)["phase"]
         for name, labels in after
         if name == "foldstream_projection_phase_seconds_count"
         and dict(labels).get("store") == store
     }
-    phase_mean = {
-        phase: delta("foldstream_projection_phase_seconds_sum", phase=phase) / batches * 1e3
-        for phase in phases
-        if batches
-    }
     return Activity(
-        batches=int(batches),
-        records=int(delta("foldstream_projection_records_total")),
-        batch_mean_ms=delta("foldstream_projection_batch_seconds_sum") / batches * 1e3
+        batches=batches,
+        records=int(change("foldstream_projection_records_total", store=store)),
+        batch_mean_ms=mean_ms("foldstream_projection_batch_seconds_sum"),
+        phase_mean_ms={
+            phase: mean_ms("foldstream_projection_phase_seconds_sum", phase=phase)
+            for phase in phases
+        }
         if batches
-        else 0.0,
-        phase_mean_ms=phase_mean,
-        transactions=counter("foldstream_command_transactions_total"),
-        commands=counter("foldstream_commands_committed_total"),
+        else {},
+        transactions=int(change("foldstream_command_transactions_total")),
+        commands=int(change("foldstream_commands_committed_total")),
     )
