@@ -176,7 +176,10 @@ def _freshness_figures(
         for name, ms in sorted(noop.items())
         if name.startswith("phase ") and ms >= 1
     )
-    batches = f"{during.describe()}; do-nothing batch phases (mean ms): {noop_phases}"
+    batches = (
+        f"{during.describe()}; do-nothing batch phases (mean ms): {noop_phases}, and its "
+        f"writer's wait for its input (median) {noop['task input']:.1f} ms"
+    )
     details = {
         "noop": noop,
         "served_ms": served,

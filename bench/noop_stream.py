@@ -7,7 +7,9 @@ from __future__ import annotations
 import statistics
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -42,9 +44,18 @@ class _Reader(DataSourceStreamReader):
 
 
 class _Writer(DataSourceStreamArrowWriter):
+    """Reads its input and appends how long that took (s) to the file ``waits``: the same
+    wait as a projection task's ``input`` step (:mod:`foldstream.projections.task_steps`)."""
+
+    def __init__(self, waits: str) -> None:
+        self.waits = waits
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        started = time.perf_counter()
         for _ in iterator:
             pass
+        with open(self.waits, "a") as waits:
+            waits.write(f"{time.perf_counter() - started}\n")
         return WriterCommitMessage()
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -66,7 +77,7 @@ class NoopSource(DataSource):
         return _Reader()
 
     def streamWriter(self, schema: Any, overwrite: bool) -> _Writer:
-        return _Writer()
+        return _Writer(self.options["waits"])
 
 
 class _Batches(StreamingQueryListener):
@@ -91,17 +102,20 @@ class _Batches(StreamingQueryListener):
 
 
 def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> dict[str, float]:
-    """Median and p90 of the do-nothing query's batch time (ms), after ``warmup`` batches, and
-    the mean of each phase Spark reports (``phase <name>``)."""
+    """Median and p90 of the do-nothing query's batch time (ms), after ``warmup`` batches, the
+    mean of each phase Spark reports (``phase <name>``), and the median time its writer waited
+    for its input (``task input``)."""
     spark.dataSource.register(NoopSource)
     listener = _Batches(batches + warmup)
     spark.streams.addListener(listener)
-    with tempfile.TemporaryDirectory(prefix="bench-noop-") as checkpoint:
+    with tempfile.TemporaryDirectory(prefix="bench-noop-") as scratch:
+        waits = Path(scratch, "waits")
         query = (
             spark.readStream.format("bench-noop")
             .load()
             .writeStream.format("bench-noop")
-            .option("checkpointLocation", checkpoint)
+            .option("checkpointLocation", str(Path(scratch, "checkpoint")))
+            .option("waits", str(waits))
             .start()
         )
         try:
@@ -111,6 +125,7 @@ def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> di
         finally:
             query.stop()
             spark.streams.removeListener(listener)
+        input_waits = [float(line) for line in waits.read_text().split()[warmup:]]
     measured = progress[warmup:]
     times = sorted(p["durationMs"]["triggerExecution"] for p in measured)
     phases = {phase for p in measured for phase in p["durationMs"]} - {"triggerExecution"}
@@ -118,6 +133,7 @@ def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> di
         "median": statistics.median(times),
         "p90": times[int(len(times) * 0.9)],
         "batches": len(times),
+        "task input": statistics.median(input_waits) * 1e3,
         **{
             f"phase {phase}": statistics.fmean(p["durationMs"].get(phase, 0) for p in measured)
             for phase in sorted(phases)

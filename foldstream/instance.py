@@ -171,7 +171,11 @@ class Instance:
             unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
             stack.callback(unlisten)
             # Closed after the queries stopped: no task writes through it any more.
-            host = StoreHost(state_dir=settings.state_dir, host=settings.store_host)
+            host = StoreHost(
+                state_dir=settings.state_dir,
+                host=settings.store_host,
+                on_task=self.metrics.observe_task,
+            )
             host.start()
             stack.callback(host.stop)
             runner = ProjectionRunner(

@@ -7,6 +7,9 @@ application imports can add to or clash with what an instance serves. What it ho
   end of its trigger (Spark's ``triggerExecution``), the time that bounds freshness;
 - ``foldstream_projection_phase_seconds{store,phase}``: the parts Spark reports of each trigger
   (``latestOffset``, ``queryPlanning``, ``addBatch``, ``walCommit``, ``commitOffsets`` ...);
+- ``foldstream_projection_task_seconds{store,step}``: the steps of each of its tasks
+  (``input``: waiting for Spark's input, ``read``, ``fold``, ``changelog``: waiting for the
+  changelog's acknowledgements, ``commit``), as the tasks report them through the store host;
 - ``foldstream_projection_records_total{store}``: records the projection's micro-batches read;
 - ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
   transactions of the command side and the commands they carried (group commit: their ratio
@@ -80,6 +83,14 @@ class InstanceMetrics:
             buckets=PHASE_BUCKETS,
             registry=self.registry,
         )
+        self.task_seconds = Histogram(
+            "foldstream_projection_task_seconds",
+            "Time a projection's task spent in a step: waiting for Spark's input, reading "
+            "values, folding, waiting for changelog acknowledgements, committing",
+            ["store", "step"],
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
         self.records = Counter(
             "foldstream_projection_records",
             "Records read by a projection's micro-batches",
@@ -99,6 +110,11 @@ class InstanceMetrics:
             if phase != "triggerExecution":
                 self.phase_seconds.labels(store, phase).observe(ms / 1e3)
         self.records.labels(store).inc(progress.get("numInputRows") or 0)
+
+    def observe_task(self, store: str, seconds: Mapping[str, float]) -> None:
+        """Record one projection task's ``{step: seconds}``."""
+        for step, spent in seconds.items():
+            self.task_seconds.labels(store, step).observe(spent)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

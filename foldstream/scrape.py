@@ -6,9 +6,11 @@ test steps use it."""
 from __future__ import annotations
 
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from foldstream.projections.task_steps import STEPS
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -42,16 +44,21 @@ class Activity:
     phase_mean_ms: dict[str, float]
     transactions: int
     commands: int
+    tasks: int = 0
+    #: Mean ms per task of each step the tasks report (``input``, ``fold``, ``changelog``...).
+    task_mean_ms: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:
         phases = ", ".join(
             f"{phase} {ms:.0f}" for phase, ms in sorted(self.phase_mean_ms.items()) if ms >= 1
         )
+        steps = ", ".join(f"{step} {ms:.1f}" for step, ms in self.task_mean_ms.items())
         per_tx = self.commands / self.transactions if self.transactions else 0.0
         return (
             f"projection: {self.batches} micro-batches of {self.records} records, "
             f"mean {self.batch_mean_ms:.0f} ms "
-            f"({phases}); {per_tx:.1f} commands per transaction"
+            f"({phases}); {self.tasks} tasks, mean ms per step ({steps}); "
+            f"{per_tx:.1f} commands per transaction"
         )
 
 
@@ -73,7 +80,17 @@ def activity(before: Samples, after: Samples, store: str) -> Activity:
         if name == "foldstream_projection_phase_seconds_count"
         and dict(labels).get("store") == store
     }
+    tasks = int(change("foldstream_projection_task_seconds_count", store=store, step=STEPS[0]))
     return Activity(
+        tasks=tasks,
+        task_mean_ms={
+            step: change("foldstream_projection_task_seconds_sum", store=store, step=step)
+            / tasks
+            * 1e3
+            for step in STEPS
+        }
+        if tasks
+        else {},
         batches=batches,
         records=int(change("foldstream_projection_records_total", store=store)),
         batch_mean_ms=mean_ms("foldstream_projection_batch_seconds_sum"),

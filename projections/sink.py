@@ -32,9 +32,10 @@ from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import decode_headers
+from foldstream.projections.task_steps import TaskSteps
 from foldstream.projections.worker import after_task, arrow_without_pandas, gc_paused
 from foldstream.state import PartitionWriter
-from foldstream.state.host import PartitionClosed, RemotePartition
+from foldstream.state.host import PartitionClosed, RemotePartition, call_host
 
 _producers: dict[str, Producer] = {}
 #: How long a task waits for its changelog records' acknowledgements before it fails.
@@ -285,7 +286,8 @@ def fold_task(
 ) -> dict[int, tuple[int, int]]:
     """Fold one Spark task's records (see the module docstring) with the options of
     :class:`~foldstream.projections.datasources.StoreSink`; returns ``{partition: (records
-    applied, last offset)}``."""
+    applied, last offset)}``. The time of each step goes to the store host
+    (:mod:`~foldstream.projections.task_steps`)."""
     from foldstream.service import load_service
 
     arrow_without_pandas()  # pyspark wraps the task's result in an Arrow array
@@ -300,11 +302,15 @@ def fold_task(
     # acknowledgements instead of a round trip per partition (a micro-batch's latency).
     pending: dict[int, Folded] = {}
 
+    steps = TaskSteps()
+
     def settle() -> None:
-        await_changelog(pending.values())
+        with steps.step("changelog"):
+            await_changelog(pending.values())
         for partition, folded in pending.items():
             try:
-                count, offset = commit_folded(folded)
+                with steps.step("commit"):
+                    count, offset = commit_folded(folded)
             except PartitionClosed:
                 moved.add(partition)  # see below
                 continue
@@ -313,7 +319,7 @@ def fold_task(
 
     handled = 0
     with gc_paused():
-        for partition, records in partition_chunks(batches, FOLD_CHUNK_RECORDS):
+        for partition, records in steps.waited(partition_chunks(batches, FOLD_CHUNK_RECORDS)):
             handled += len(records)
             if partition in moved:
                 continue
@@ -325,14 +331,16 @@ def fold_task(
             ):
                 settle()
             try:
-                keys = list(dict.fromkeys(record.key for _, record in records))
-                writer = RemotePartition(host, authkey, store, partition, keys)
+                with steps.step("read"):
+                    keys = list(dict.fromkeys(record.key for _, record in records))
+                    writer = RemotePartition(host, authkey, store, partition, keys)
                 changelog = (
                     ChangelogTarget(producer, changelog_topic, partition, writer.epoch)
                     if producer and changelog_topic
                     else None
                 )
-                folded = fold_and_send(projection, writer, records, changelog)
+                with steps.step("fold"):
+                    folded = fold_and_send(projection, writer, records, changelog)
             except PartitionClosed:
                 # Moved to another instance since the batch was planned: leave it to the new
                 # owner, which resumes from the offset stored with the state.
@@ -341,5 +349,6 @@ def fold_task(
             if folded is not None:
                 pending[partition] = folded
         settle()
+    call_host(host, authkey, ("task", store, None, steps.seconds))
     after_task(handled)
     return applied

@@ -18,6 +18,7 @@ from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics
 from foldstream.projections import sink
 from foldstream.projections.source import ARROW_SCHEMA, encode_headers
+from foldstream.projections.task_steps import STEPS
 from foldstream.state.host import StoreHost
 from foldstream.testing.kafka import read_topic
 
@@ -25,8 +26,16 @@ PARTITIONS = 3
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> Iterator[StoreHost]:
-    host = StoreHost(state_dir=tmp_path)
+def reports() -> list[tuple[str, dict[str, float]]]:
+    """What tasks reported to the store host of :func:`host`: ``(store, {step: seconds})``."""
+    return []
+
+
+@pytest.fixture
+def host(tmp_path: Path, reports: list[tuple[str, dict[str, float]]]) -> Iterator[StoreHost]:
+    host = StoreHost(
+        state_dir=tmp_path, on_task=lambda store, steps: reports.append((store, steps))
+    )
     host.start()
     for partition in range(PARTITIONS):
         host.open("stock", partition, identity=f"t/{partition}", epoch=1)
@@ -118,3 +127,15 @@ def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
     assert (on_hand(host, 0), on_hand(host, 1)) == (11, 2)
     held = host.partition("stock", 0)
     assert held is not None and held.applied_offset() == 11
+
+
+def test_a_task_reports_the_time_of_each_step_to_the_store_host(
+    broker: EmbeddedBroker, host: StoreHost, reports: list[tuple[str, dict[str, float]]]
+) -> None:
+    run_task(broker, host, [events(p, range(0, 5)) for p in range(PARTITIONS)])
+    [(store, steps)] = reports
+    assert store == "stock"
+    assert list(steps) == list(STEPS)
+    # Every step was timed: each took some time (the changelog's acknowledgements a broker
+    # round trip, reading and committing a round trip to the host).
+    assert all(seconds > 0 for seconds in steps.values()), steps

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from foldstream.metrics import InstanceMetrics, _ProgressListener
+from foldstream.projections.task_steps import STEPS
 from foldstream.scrape import activity, samples
 
 
@@ -39,6 +40,25 @@ def test_activity_between_two_expositions() -> None:
     assert (since.transactions, since.commands) == (2, 4)
     assert "2 micro-batches of 10 records, mean 150 ms" in since.describe()
     assert "2.0 commands per transaction" in since.describe()
+
+
+def test_task_steps_are_averaged_per_task() -> None:
+    metrics = InstanceMetrics(command_counts=lambda: None)
+    before = samples(metrics.exposition().decode())
+    steps = dict.fromkeys(STEPS, 0.0)
+    metrics.observe_task("stock", {**steps, "input": 0.040, "changelog": 0.010})
+    metrics.observe_task("stock", {**steps, "input": 0.060, "fold": 0.004})
+    metrics.observe_task("other", {**steps, "input": 9.0})
+
+    since = activity(before, samples(metrics.exposition().decode()), "stock")
+
+    assert since.tasks == 2
+    assert since.task_mean_ms == pytest.approx(
+        {**steps, "input": 50.0, "fold": 2.0, "changelog": 5.0}
+    )
+    assert "2 tasks, mean ms per step (input 50.0, read 0.0, fold 2.0, changelog 5.0" in (
+        since.describe()
+    )
 
 
 def test_no_command_side_yet_counts_zero() -> None:

@@ -14,7 +14,7 @@ from foldstream.errors import StateCorrupted
 from foldstream.query_api import StoreReaders
 from foldstream.query_api.stores import StoreInfo
 from foldstream.state import RocksDBReader, partition_path
-from foldstream.state.host import PartitionClosed, RemotePartition, StoreHost
+from foldstream.state.host import PartitionClosed, RemotePartition, StoreHost, call_host
 
 
 @pytest.fixture
@@ -28,6 +28,21 @@ def host(tmp_path: Path) -> Iterator[StoreHost]:
 
 def remote(host: StoreHost, keys: list[bytes], partition: int = 0) -> RemotePartition:
     return RemotePartition(host.address, host.authkey, "kv", partition, keys)
+
+
+def test_a_task_report_reaches_on_task_and_is_accepted_without_it(tmp_path: Path) -> None:
+    reports: list[tuple[str, dict[str, float]]] = []
+    with_callback = StoreHost(
+        state_dir=tmp_path / "a", on_task=lambda store, steps: reports.append((store, steps))
+    )
+    without = StoreHost(state_dir=tmp_path / "b")
+    for host in (with_callback, without):
+        host.start()
+        try:
+            call_host(host.address, host.authkey, ("task", "kv", None, {"fold": 0.5}))
+        finally:
+            host.stop()
+    assert reports == [("kv", {"fold": 0.5})]
 
 
 def test_a_task_reads_folds_and_commits_through_the_host(host: StoreHost) -> None:

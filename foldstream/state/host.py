@@ -21,7 +21,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,8 @@ class StoreHost:
     Lifecycle: :meth:`start`; :meth:`open` / :meth:`close` as partitions come and go;
     :meth:`stop` closes everything. The connection carries pickles, authenticated by a key
     made per host but not encrypted: keep it on loopback or a network that only the cluster's
-    machines reach.
+    machines reach. ``on_task(store, {step: seconds})`` is called with each task's report of
+    where its time went (:mod:`~foldstream.projections.task_steps`).
     """
 
     def __init__(
@@ -73,8 +74,10 @@ class StoreHost:
         host: str = "127.0.0.1",
         idle_flush_s: float = IDLE_FLUSH_S,
         idle_flush_entries: int = IDLE_FLUSH_ENTRIES,
+        on_task: Callable[[str, Mapping[str, float]], None] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
+        self.on_task = on_task
         self.host = host
         self.idle_flush_s = idle_flush_s
         self.idle_flush_entries = idle_flush_entries
@@ -215,6 +218,10 @@ class StoreHost:
     def _answer(self, request: tuple[Any, ...]) -> tuple[str, Any]:
         try:
             kind, store, partition, *arguments = request
+            if kind == "task":
+                if self.on_task is not None:
+                    self.on_task(store, *arguments)
+                return "ok", None
             held = self._held_or_closed(store, partition)
             if kind == "read":
                 return "ok", held.read(*arguments)

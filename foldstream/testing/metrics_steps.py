@@ -58,3 +58,6 @@ def batches_shown(
     # Spark's parts of a micro-batch, as it names them: the one that runs the fold among them.
     assert since.phase_mean_ms.get("addBatch", 0) > 0, since
     assert since.phase_mean_ms["addBatch"] <= since.batch_mean_ms, since
+    # The tasks' own account of that time, step by step, through the store host.
+    assert since.tasks >= 1, since
+    assert since.task_mean_ms["fold"] > 0 and since.task_mean_ms["changelog"] > 0, since
