@@ -56,12 +56,14 @@ def serve(
     ] = HttpServer.uvicorn,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
+    from foldstream.process import exit_with_parent
     from foldstream.service import load_service
     from foldstream.serving import configure_logging
     from foldstream.serving import serve as serve_instance
     from foldstream.settings import Settings
 
     configure_logging()
+    exit_with_parent()
     settings = Settings.from_env(
         service=load_service(service).name,
         host=host,

@@ -1,16 +1,20 @@
 """An instance run as a child process (``foldstream serve``): for the demo, tests and benches.
 
-Only processes started here are ever signalled, by their own PID.
+Only processes started here are ever signalled, by their own PID. An instance started here
+stops when the process that started it is gone, even by ``kill -9`` (:func:`exit_with_parent`):
+a killed test run or bench leaves no instance behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +24,38 @@ from typing import Any
 
 from foldstream.broker import free_port
 from foldstream.errors import FoldstreamError
+
+log = logging.getLogger(__name__)
+
+#: Set by :class:`InstanceProcess` in the instance's environment: the PID of the process that
+#: started it (see :func:`exit_with_parent`).
+PARENT_PID_ENV = "FOLDSTREAM_PARENT_PID"
+
+
+def exit_with_parent(*, poll_s: float = 0.5, grace_s: float = 30.0) -> None:
+    """In an instance an :class:`InstanceProcess` started (:data:`PARENT_PID_ENV` set): once
+    that process is gone, stop as on ``SIGTERM``, and if still running ``grace_s`` later, kill
+    the instance's process group (its own session: the JVM and Spark's workers with it).
+
+    A background thread polls the parent PID: the kernel's parent-death signal would follow the
+    *thread* that started the instance, which need not live as long as its process.
+    """
+    expected = os.environ.get(PARENT_PID_ENV)
+    if not expected:
+        return
+    parent = int(expected)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        log.warning("the process that started this instance (%d) is gone: stopping", parent)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        if os.getpgid(0) == os.getpid():  # leads its own group: nothing else is in it
+            os.killpg(0, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -112,7 +148,11 @@ class InstanceProcess:
 
     def start(self) -> InstanceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+            PARENT_PID_ENV: str(os.getpid()),
+        }
         with open(self.log_path, "ab") as log:  # the child keeps its own copy
             self.process = self._spawn(log, env)
         return self

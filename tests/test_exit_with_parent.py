@@ -1,0 +1,71 @@
+"""An instance started by :class:`~foldstream.process.InstanceProcess` stops once the process
+that started it is gone, even by ``kill -9``: real processes, the instance's watch without the
+instance around it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from foldstream.process import PARENT_PID_ENV
+from foldstream.testing.steps import wait_until
+
+# Stands for `foldstream serve`, which calls exit_with_parent() first.
+CHILD = textwrap.dedent(
+    """
+    import time
+    from foldstream.process import exit_with_parent
+    exit_with_parent(poll_s=0.05, grace_s=5)
+    print("watching", flush=True)
+    time.sleep(120)
+    """
+)
+# Stands for a test run or a bench: starts the child as InstanceProcess does, then waits.
+PARENT = textwrap.dedent(
+    f"""
+    import os, subprocess, sys, time
+    env = {{**os.environ, {PARENT_PID_ENV!r}: str(os.getpid())}}
+    child = subprocess.Popen(
+        [sys.executable, "-c", {CHILD!r}],
+        env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    assert child.stdout.readline() == "watching\\n"
+    print(child.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_the_instance_stops_when_the_process_that_started_it_is_killed() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True
+    ) as parent:
+        try:
+            assert parent.stdout is not None
+            child = int(parent.stdout.readline())
+            assert running(child)  # watching, its parent alive
+        finally:
+            parent.kill()
+    wait_until(lambda: not running(child), lambda: f"process {child} still runs", timeout=10)
+
+
+def test_an_instance_started_otherwise_watches_nothing() -> None:
+    environment = {k: v for k, v in os.environ.items() if k != PARENT_PID_ENV}
+    code = "import threading; from foldstream.process import exit_with_parent; "
+    code += "exit_with_parent(); print(threading.active_count())"
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True
+    )
+    assert child.stdout.strip() == "1"  # the main thread alone
