@@ -2,7 +2,7 @@
 Feature: An instance's metrics, for Prometheus
   GET /metrics answers in Prometheus' text format: the command side's transactions and the
   commands they carried, and each projection's micro-batches (duration, Spark's phases of it,
-  records read) and the steps of their tasks (input, read, fold, changelog, commit).
+  records read) and the steps of their tasks (input, decode, read, fold, changelog, commit).
 
   Scenario: Commands and the micro-batches folding them are counted
     Given the instance's metrics were read

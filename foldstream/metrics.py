@@ -7,15 +7,16 @@ application imports can add to or clash with what an instance serves. What it ho
   end of its trigger (Spark's ``triggerExecution``), the time that bounds freshness;
 - ``foldstream_projection_phase_seconds{store,phase}``: the parts Spark reports of each trigger
   (``latestOffset``, ``queryPlanning``, ``addBatch``, ``walCommit``, ``commitOffsets`` ...);
-- ``foldstream_projection_task_seconds{store,step}``: the steps of each of its tasks
-  (``input``: waiting for Spark's input, ``read``, ``fold``, ``changelog``: waiting for the
-  changelog's acknowledgements, ``commit``), as the tasks report them through the store host;
+- ``foldstream_projection_task_seconds{store,step}``: the steps of each of its tasks that
+  completed (``input``: waiting for Spark's input, ``decode``, ``read``, ``fold``,
+  ``changelog``: waiting for the changelog's acknowledgements, ``commit``), as the tasks report
+  them through the store host;
 - ``foldstream_projection_records_total{store}``: records the projection's micro-batches read;
 - ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
   transactions of the command side and the commands they carried (group commit: their ratio
   is the commands per transaction).
 
-The projection figures come from Spark's progress reports through a
+The micro-batch figures come from Spark's progress reports through a
 :class:`~pyspark.sql.streaming.StreamingQueryListener`, so every micro-batch is counted once,
 however fast they follow each other.
 """
@@ -85,8 +86,8 @@ class InstanceMetrics:
         )
         self.task_seconds = Histogram(
             "foldstream_projection_task_seconds",
-            "Time a projection's task spent in a step: waiting for Spark's input, reading "
-            "values, folding, waiting for changelog acknowledgements, committing",
+            "Time a projection's completed task spent in a step: waiting for Spark's input, "
+            "decoding it, reading values, folding, waiting for changelog acks, committing",
             ["store", "step"],
             buckets=PHASE_BUCKETS,
             registry=self.registry,

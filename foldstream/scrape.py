@@ -53,12 +53,12 @@ class Activity:
             f"{phase} {ms:.0f}" for phase, ms in sorted(self.phase_mean_ms.items()) if ms >= 1
         )
         steps = ", ".join(f"{step} {ms:.1f}" for step, ms in self.task_mean_ms.items())
+        tasks = f"{self.tasks} tasks, mean ms per step ({steps}); " if self.tasks else ""
         per_tx = self.commands / self.transactions if self.transactions else 0.0
         return (
             f"projection: {self.batches} micro-batches of {self.records} records, "
             f"mean {self.batch_mean_ms:.0f} ms "
-            f"({phases}); {self.tasks} tasks, mean ms per step ({steps}); "
-            f"{per_tx:.1f} commands per transaction"
+            f"({phases}); {tasks}{per_tx:.1f} commands per transaction"
         )
 
 

@@ -14,6 +14,7 @@ local connection.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -36,6 +37,8 @@ from foldstream.projections.task_steps import TaskSteps
 from foldstream.projections.worker import after_task, arrow_without_pandas, gc_paused
 from foldstream.state import PartitionWriter
 from foldstream.state.host import PartitionClosed, RemotePartition, call_host
+
+log = logging.getLogger(__name__)
 
 _producers: dict[str, Producer] = {}
 #: How long a task waits for its changelog records' acknowledgements before it fails.
@@ -80,7 +83,9 @@ class ChangelogTarget(NamedTuple):
 
 #: Records of one partition that a task folds and commits together. A micro-batch is folded in
 #: such chunks as its Arrow batches arrive, so a task's memory (records, changed values, queued
-#: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's. Each chunk
+#: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's: by this many
+#: records per partition the task reads (a partition's records wait until they fill a chunk or
+#: the task's input ends). Each chunk
 #: sends one changelog record per key it changed: larger chunks send fewer (a 2M-event rebuild
 #: over 100k keys: 42.7k events per CPU-second at 50k, 37.7-38.1k at 20k).
 FOLD_CHUNK_RECORDS = 50_000
@@ -321,7 +326,8 @@ def fold_task(
 
     handled = 0
     with gc_paused():
-        for partition, records in steps.waited(partition_chunks(batches, FOLD_CHUNK_RECORDS)):
+        chunks = partition_chunks(steps.waited(batches, "input"), FOLD_CHUNK_RECORDS)
+        for partition, records in steps.waited(chunks, "decode"):
             handled += len(records)
             if partition in moved:
                 continue
@@ -351,6 +357,9 @@ def fold_task(
             if folded is not None:
                 pending[partition] = folded
         settle()
-    call_host(host, authkey, ("task", store, None, steps.seconds))
+    try:
+        call_host(host, authkey, ("task", store, None, steps.seconds))
+    except Exception:  # noqa: BLE001 - the batch is committed: only a metric is lost
+        log.warning("could not report the task's steps to the store host", exc_info=True)
     after_task(handled)
     return applied

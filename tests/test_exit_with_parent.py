@@ -69,3 +69,42 @@ def test_an_instance_started_otherwise_watches_nothing() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True
     )
     assert child.stdout.strip() == "1"  # the main thread alone
+
+
+# An instance that does not stop on SIGTERM (stuck shutting down), with a process of its own
+# (as its JVM is): after the grace period its whole process group is killed.
+STUCK_CHILD = textwrap.dedent(
+    """
+    import signal, subprocess, time
+    from foldstream.process import exit_with_parent
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    worker = subprocess.Popen(["sleep", "120"])
+    exit_with_parent(poll_s=0.05, grace_s=0.5)
+    print(worker.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_an_instance_stuck_on_sigterm_is_killed_with_its_processes() -> None:
+    parent_code = (
+        PARENT.replace(repr(CHILD), repr(STUCK_CHILD))
+        .replace(
+            'assert child.stdout.readline() == "watching\\n"', "worker = child.stdout.readline()"
+        )
+        .replace("print(child.pid, flush=True)", "print(child.pid, worker, flush=True)")
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True
+    ) as parent:
+        try:
+            assert parent.stdout is not None
+            child, worker = map(int, parent.stdout.readline().split())
+            assert running(child) and running(worker)
+        finally:
+            parent.kill()
+    wait_until(
+        lambda: not running(child) and not running(worker),
+        lambda: f"child {child} running: {running(child)}, its worker {worker}: {running(worker)}",
+        timeout=10,
+    )

@@ -56,8 +56,9 @@ def test_task_steps_are_averaged_per_task() -> None:
     assert since.task_mean_ms == pytest.approx(
         {**steps, "input": 50.0, "fold": 2.0, "changelog": 5.0}
     )
-    assert "2 tasks, mean ms per step (input 50.0, read 0.0, fold 2.0, changelog 5.0" in (
-        since.describe()
+    assert (
+        "2 tasks, mean ms per step (input 50.0, decode 0.0, read 0.0, fold 2.0, changelog 5.0"
+        in (since.describe())
     )
 
 

@@ -3,6 +3,7 @@ over an authenticated local connection, and read by lookups directly."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from multiprocessing import AuthenticationError
@@ -43,6 +44,23 @@ def test_a_task_report_reaches_on_task_and_is_accepted_without_it(tmp_path: Path
         finally:
             host.stop()
     assert reports == [("kv", {"fold": 0.5})]
+
+
+def test_a_failing_on_task_is_logged_and_never_fails_the_task(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(store: str, steps: dict[str, float]) -> None:
+        raise ValueError("metrics are down")
+
+    host = StoreHost(state_dir=tmp_path, on_task=broken)
+    host.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="foldstream.state.host"):
+            assert call_host(host.address, host.authkey, ("task", "kv", None, {})) is None
+    finally:
+        host.stop()
+    assert "recording a projection task's steps" in caplog.text
+    assert "metrics are down" in caplog.text
 
 
 def test_a_task_reads_folds_and_commits_through_the_host(host: StoreHost) -> None:

@@ -215,12 +215,20 @@ class StoreHost:
         finally:
             connection.close()
 
+    def _report_task(self, store: str, seconds: Mapping[str, float]) -> None:
+        # A task's report is for the metrics: a failing callback must never fail the task.
+        if self.on_task is None:
+            return
+        try:
+            self.on_task(store, seconds)
+        except Exception:  # noqa: BLE001
+            log.exception("recording a projection task's steps")
+
     def _answer(self, request: tuple[Any, ...]) -> tuple[str, Any]:
         try:
             kind, store, partition, *arguments = request
             if kind == "task":
-                if self.on_task is not None:
-                    self.on_task(store, *arguments)
+                self._report_task(store, *arguments)
                 return "ok", None
             held = self._held_or_closed(store, partition)
             if kind == "read":
