@@ -71,8 +71,9 @@ def activity(before: Samples, after: Samples, store: str) -> Activity:
 
     batches = int(change("foldstream_projection_batch_seconds_count", store=store))
 
-    def mean_ms(name: str, **labels: str) -> float:
-        return change(name, store=store, **labels) / batches * 1e3 if batches else 0.0
+    def mean_ms(name: str, count: int, **labels: str) -> float:
+        """The mean over ``count`` (batches or tasks) of a duration histogram's sum, in ms."""
+        return change(name, store=store, **labels) / count * 1e3 if count else 0.0
 
     phases = {
         dict(labels)["phase"]
@@ -84,18 +85,16 @@ def activity(before: Samples, after: Samples, store: str) -> Activity:
     return Activity(
         tasks=tasks,
         task_mean_ms={
-            step: change("foldstream_projection_task_seconds_sum", store=store, step=step)
-            / tasks
-            * 1e3
+            step: mean_ms("foldstream_projection_task_seconds_sum", tasks, step=step)
             for step in STEPS
         }
         if tasks
         else {},
         batches=batches,
         records=int(change("foldstream_projection_records_total", store=store)),
-        batch_mean_ms=mean_ms("foldstream_projection_batch_seconds_sum"),
+        batch_mean_ms=mean_ms("foldstream_projection_batch_seconds_sum", batches),
         phase_mean_ms={
-            phase: mean_ms("foldstream_projection_phase_seconds_sum", phase=phase)
+            phase: mean_ms("foldstream_projection_phase_seconds_sum", batches, phase=phase)
             for phase in phases
         }
         if batches

@@ -13,7 +13,8 @@ from pathlib import Path
 from foldstream.process import PARENT_PID_ENV
 from foldstream.testing.steps import wait_until
 
-# Stands for `foldstream serve`, which calls exit_with_parent() first.
+# Stands for `foldstream serve`, which calls exit_with_parent() first; it prints a line once
+# it watches.
 CHILD = textwrap.dedent(
     """
     import time
@@ -23,56 +24,8 @@ CHILD = textwrap.dedent(
     time.sleep(120)
     """
 )
-# Stands for a test run or a bench: starts the child as InstanceProcess does, then waits.
-PARENT = textwrap.dedent(
-    f"""
-    import os, subprocess, sys, time
-    env = {{**os.environ, {PARENT_PID_ENV!r}: str(os.getpid())}}
-    child = subprocess.Popen(
-        [sys.executable, "-c", {CHILD!r}],
-        env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )
-    assert child.stdout.readline() == "watching\\n"
-    print(child.pid, flush=True)
-    time.sleep(120)
-    """
-)
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not exited (a zombie has)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
-def test_the_instance_stops_when_the_process_that_started_it_is_killed() -> None:
-    with subprocess.Popen(
-        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True
-    ) as parent:
-        try:
-            assert parent.stdout is not None
-            child = int(parent.stdout.readline())
-            assert running(child)  # watching, its parent alive
-        finally:
-            parent.kill()
-    wait_until(lambda: not running(child), lambda: f"process {child} still runs", timeout=10)
-
-
-def test_an_instance_started_otherwise_watches_nothing() -> None:
-    environment = {k: v for k, v in os.environ.items() if k != PARENT_PID_ENV}
-    code = "import threading; from foldstream.process import exit_with_parent; "
-    code += "exit_with_parent(); print(threading.active_count())"
-    child = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True
-    )
-    assert child.stdout.strip() == "1"  # the main thread alone
-
-
 # An instance that does not stop on SIGTERM (stuck shutting down), with a process of its own
-# (as its JVM is): after the grace period its whole process group is killed.
+# (as its JVM is); it prints that process's PID once it watches.
 STUCK_CHILD = textwrap.dedent(
     """
     import signal, subprocess, time
@@ -86,23 +39,68 @@ STUCK_CHILD = textwrap.dedent(
 )
 
 
-def test_an_instance_stuck_on_sigterm_is_killed_with_its_processes() -> None:
-    parent_code = (
-        PARENT.replace(repr(CHILD), repr(STUCK_CHILD))
-        .replace(
-            'assert child.stdout.readline() == "watching\\n"', "worker = child.stdout.readline()"
+def parent_of(child: str) -> str:
+    """Code standing for a test run or a bench: starts ``child`` as InstanceProcess does,
+    prints the child's PID and the child's first line, then waits."""
+    return textwrap.dedent(
+        f"""
+        import os, subprocess, sys, time
+        env = {{**os.environ, {PARENT_PID_ENV!r}: str(os.getpid())}}
+        child = subprocess.Popen(
+            [sys.executable, "-c", {child!r}],
+            env=env, stdout=subprocess.PIPE, text=True, start_new_session=True,
         )
-        .replace("print(child.pid, flush=True)", "print(child.pid, worker, flush=True)")
+        print(child.pid, child.stdout.readline(), end="", flush=True)
+        time.sleep(120)
+        """
     )
+
+
+def started_then_orphaned(child: str) -> tuple[int, str]:
+    """Run ``child`` under a parent, kill the parent with SIGKILL once the child watches;
+    return the child's PID and first line."""
     with subprocess.Popen(
-        [sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", parent_of(child)], stdout=subprocess.PIPE, text=True
     ) as parent:
         try:
             assert parent.stdout is not None
-            child, worker = map(int, parent.stdout.readline().split())
-            assert running(child) and running(worker)
+            pid, line = parent.stdout.readline().split()
+            assert running(int(pid))  # watching, its parent alive
         finally:
             parent.kill()
+    return int(pid), line
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_the_instance_stops_when_the_process_that_started_it_is_killed() -> None:
+    child, line = started_then_orphaned(CHILD)
+    assert line == "watching"
+    wait_until(lambda: not running(child), lambda: f"process {child} still runs", timeout=10)
+
+
+def test_an_instance_started_otherwise_watches_nothing() -> None:
+    environment = {k: v for k, v in os.environ.items() if k != PARENT_PID_ENV}
+    code = "import threading; from foldstream.process import exit_with_parent; "
+    code += "exit_with_parent(); print(threading.active_count())"
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True
+    )
+    assert child.stdout.strip() == "1"  # the main thread alone
+
+
+def test_an_instance_stuck_on_sigterm_is_killed_with_its_processes() -> None:
+    # After the grace period the instance's whole process group is killed.
+    child, line = started_then_orphaned(STUCK_CHILD)
+    worker = int(line)
+    assert running(worker)
     wait_until(
         lambda: not running(child) and not running(worker),
         lambda: f"child {child} running: {running(child)}, its worker {worker}: {running(worker)}",
