@@ -86,8 +86,8 @@ class ChangelogTarget(NamedTuple):
 #: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's: by this many
 #: records per partition the task reads (a partition's records wait until they fill a chunk or
 #: the task's input ends). Each chunk sends one changelog record per key it changed: larger
-#: chunks send fewer (a 2M-event rebuild over 100k keys, `make bench`: 41.0-42.7k events per
-#: CPU-second at 50k, 37.7-38.1k at 20k).
+#: chunks send fewer (a 2M-event rebuild over 100k keys, `make bench`: 41.1k and 41.6k events
+#: per CPU-second at 50k, 37.7k at 20k).
 FOLD_CHUNK_RECORDS = 50_000
 
 
