@@ -25,11 +25,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.http_client import Connection
 from bench.workload import sku
-from foldstream.domain import EventRecord
 from foldstream.examples.inventory import service
 from foldstream.kafka import consume_available, consumer_config
 from foldstream.offsets import EndOffsets
-from foldstream.projections.sink import Records, fold_partition
+from foldstream.projections.fold import fold_partition
+from foldstream.projections.source import records_of_messages
 from foldstream.state import RocksDBWriter, partition_path
 
 IN_FLIGHT = 64
@@ -163,15 +163,8 @@ class TailingFold:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            by_partition: dict[int, Records] = {}
-            for message in consume_available(self.consumer, 10_000, 0.05):
-                if message.error() is None:
-                    record = EventRecord(
-                        message.key(), message.value(), tuple(message.headers() or ())
-                    )
-                    by_partition.setdefault(message.partition(), []).append(
-                        (message.offset(), record)
-                    )
+            fetched = consume_available(self.consumer, 10_000, 0.05)
+            by_partition = records_of_messages([m for m in fetched if m.error() is None])
             for partition, records in by_partition.items():
                 done = fold_partition(self.projection, self.writers[partition], records, None)
                 if done is not None:

@@ -176,17 +176,17 @@ def _freshness_figures(
         for name, ms in sorted(noop.items())
         if name.startswith("phase ") and ms >= 1
     )
-    # The tasks' own work (all steps but the wait for Spark's input, which the do-nothing
-    # writer has too) against the rest of the batch: what is left is Spark's own time, which
-    # the load on the machine (API, broker, load client) stretches beyond the idle reference.
-    # Per batch, its tasks' times summed: right for the steady state's one-task batches.
-    own = sum(ms for step, ms in during.task_mean_ms.items() if step != "input")
-    own *= during.tasks / max(1, during.batches)
+    # The tasks' own work (fetching, folding, changelog, commit) against the rest of the
+    # batch: what is left is Spark's own time, which the load on the machine (API, broker,
+    # load client) stretches beyond the idle reference. Per batch, its tasks' times summed:
+    # right for the steady state's one-task batches.
+    own = sum(during.task_mean_ms.values()) * during.tasks / max(1, during.batches)
     spark_alone = during.batch_mean_ms - own
     batches = (
         f"{during.describe()}; do-nothing batch phases (mean ms): {noop_phases}, and its "
-        f"writer's wait for its input (median) {noop['task input']:.1f} ms; the tasks' own "
-        f"steps take {own:.0f} ms per batch, the rest {spark_alone:.0f} ms "
+        f"writer's wait for the reader's rows (median) {noop['task input']:.1f} ms, which a "
+        f"projection task does not have (it folds where it reads); the tasks' own steps take "
+        f"{own:.0f} ms per batch, the rest {spark_alone:.0f} ms "
         f"= {spark_alone / batch:.2f}× the do-nothing batch"
     )
     details = {

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from bench.procs import cpu_by_kind
 from bench.workload import expected_on_hand, sku
-from foldstream.domain import EventRecord
 from foldstream.examples.inventory import service
 from foldstream.kafka import read_to_end
+from foldstream.projections.fold import fold_partition
 from foldstream.projections.runner import ProjectionRunner
-from foldstream.projections.sink import Records, fold_partition
+from foldstream.projections.source import records_of_messages
 from foldstream.settings import Settings
 from foldstream.state import RocksDBReader, RocksDBWriter, partition_path
 from foldstream.state.host import StoreHost
@@ -41,11 +41,7 @@ def reference_fold(
     cpu = time.process_time()
     started = time.perf_counter()
     for batch in read_to_end(bootstrap, topic, partitions):
-        by_partition: dict[int, Records] = {}
-        for message in batch:
-            record = EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
-            by_partition.setdefault(message.partition(), []).append((message.offset(), record))
-        for partition, records in by_partition.items():
+        for partition, records in records_of_messages(batch).items():
             done = fold_partition(projection, writers[partition], records, None)
             folded += done[0] if done else 0
     elapsed = time.perf_counter() - started
@@ -60,7 +56,10 @@ def spark_rebuild(
 ) -> tuple[float, dict[str, float]]:
     """events/s of the projection from query start until every partition is folded (the JVM
     is already up); also Spark's own figures of the query."""
-    host = StoreHost(state_dir=settings.state_dir)
+    handled: list[int] = []  # records, as each task reports them
+    host = StoreHost(
+        state_dir=settings.state_dir, on_task=lambda store, steps, records: handled.append(records)
+    )
     host.start()
     for partition in range(partitions):
         host.open(STORE, partition, identity=f"{settings.events_topic}/{partition}", epoch=1)
@@ -85,7 +84,7 @@ def spark_rebuild(
         runner.stop()
         host.stop()
     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_kind(os.getpid()).items()}
-    rows = sum(p["numInputRows"] for p in progress)
+    rows = sum(handled)
     batches = [p for p in progress if p["numInputRows"]]
     spark_figures = {
         "seconds": elapsed,

@@ -8,10 +8,11 @@ application imports can add to or clash with what an instance serves. What it ho
 - ``foldstream_projection_phase_seconds{store,phase}``: the parts Spark reports of each trigger
   (``latestOffset``, ``queryPlanning``, ``addBatch``, ``walCommit``, ``commitOffsets`` ...);
 - ``foldstream_projection_task_seconds{store,step}``: the steps of each of its tasks that
-  completed (``input``: waiting for Spark's input, ``decode``, ``read``, ``fold``,
+  completed (``input``: fetching the records from Kafka, ``decode``, ``read``, ``fold``,
   ``changelog``: waiting for the changelog's acknowledgements, ``commit``), as the tasks report
   them through the store host;
-- ``foldstream_projection_records_total{store}``: records the projection's micro-batches read;
+- ``foldstream_projection_records_total{store}``: records the projection's completed tasks
+  handled, as they report them (Spark's ``numInputRows`` counts the partitions they advanced);
 - ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
   transactions of the command side and the commands they carried (group commit: their ratio
   is the commands per transaction).
@@ -86,15 +87,15 @@ class InstanceMetrics:
         )
         self.task_seconds = Histogram(
             "foldstream_projection_task_seconds",
-            "Time a projection's completed task spent in a step: waiting for Spark's input, "
-            "decoding it, reading values, folding, waiting for changelog acks, committing",
+            "Time a projection's completed task spent in a step: fetching its records, "
+            "decoding them, reading values, folding, waiting for changelog acks, committing",
             ["store", "step"],
             buckets=PHASE_BUCKETS,
             registry=self.registry,
         )
         self.records = Counter(
             "foldstream_projection_records",
-            "Records read by a projection's micro-batches",
+            "Records handled by a projection's completed tasks",
             ["store"],
             registry=self.registry,
         )
@@ -110,12 +111,12 @@ class InstanceMetrics:
         for phase, ms in durations.items():
             if phase != "triggerExecution":
                 self.phase_seconds.labels(store, phase).observe(ms / 1e3)
-        self.records.labels(store).inc(progress.get("numInputRows") or 0)
 
-    def observe_task(self, store: str, seconds: Mapping[str, float]) -> None:
-        """Record one projection task's ``{step: seconds}``."""
+    def observe_task(self, store: str, seconds: Mapping[str, float], records: int) -> None:
+        """Record one projection task's ``{step: seconds}`` and the records it handled."""
         for step, spent in seconds.items():
             self.task_seconds.labels(store, step).observe(spent)
+        self.records.labels(store).inc(records)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

@@ -32,7 +32,7 @@ FAST_CHECKPOINTS = (
 
 #: Attempts of a failed task in local mode, where Spark's default is one (``local[N]``): a task
 #: can fail transiently (seen: task deserialisation racing a query start), and a retried task
-#: applies nothing twice because the sink skips the offsets its stores already hold.
+#: applies nothing twice because the fold skips the offsets its stores already hold.
 LOCAL_TASK_ATTEMPTS = 4
 _LOCAL_MASTER = re.compile(r"local(?:\[([^,\]]+)\])?")
 
@@ -92,7 +92,7 @@ def worker_python() -> str:
 
     Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and
     Python caches no bytecode for modules imported from a zip: each new worker (planner, source,
-    reader, writer, sink commit) recompiled the pyspark modules it imports from source, which
+    task reader) recompiled the pyspark modules it imports from source, which
     py-spy showed as the largest CPU cost of a projection's start and first batches. With a pip
     install the zip holds the very same files as the installed package, which has bytecode.
     """
@@ -113,16 +113,16 @@ def worker_python() -> str:
 
 
 def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> SparkSession:
-    """A SparkSession with foldstream's sources and sinks registered."""
+    """A SparkSession with foldstream's data sources registered."""
     check_java()
     # Executors' Python workers must import the same foldstream (and service) as the driver;
-    # the driver-side ones (data source planning, streaming source and sink commit) too.
+    # the driver-side ones (data source planning, streaming source commit) too.
     python = worker_python()
     os.environ.setdefault("PYSPARK_PYTHON", python)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     from pyspark.sql import SparkSession
 
-    from foldstream.projections.datasources import KafkaSource, StoreSink
+    from foldstream.projections.datasources import FoldSource
     from foldstream.projections.worker import pandas_hidden
 
     # py4j's argument converters import pyspark.testing.utils, which imports pandas (45 MB and
@@ -148,6 +148,5 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
-    session.dataSource.register(KafkaSource)
-    session.dataSource.register(StoreSink)
+    session.dataSource.register(FoldSource)
     return session

@@ -3,9 +3,9 @@ imports loaded before it forks them.
 
 Spark forks each Python worker from a daemon that has imported little. Each task worker then
 imports pyarrow, confluent-kafka and the projection modules on its own: about 20 MB of private
-memory per worker, and an instance runs four of them (a reader and a writer per core). Imported
-here, those pages are shared by all the forked workers. Daemons of Spark's other Python workers
-(data source planning, streaming sink commits) are left as they are: they import none of it.
+memory per worker, and an instance runs one per core (each task reads and folds in one).
+Imported here, those pages are shared by all the forked workers. Daemons of Spark's other
+Python workers (data source planning) are left as they are: they import none of it.
 
 Spark's daemon forks without threads of its own. These imports start none in Python; pyarrow's
 bundled jemalloc starts a background thread, which jemalloc's fork handlers account for in each
@@ -27,7 +27,7 @@ if __name__ == "__main__":
         import confluent_kafka  # noqa: F401
         import pyarrow  # noqa: F401
 
-        import foldstream.projections.sink  # noqa: F401
+        import foldstream.projections.fold  # noqa: F401
         import foldstream.projections.source  # noqa: F401
 
         # Keep the collector from touching (and so copying) the shared pages in every worker.

@@ -11,7 +11,6 @@ nothing but confluent-kafka. The driver side learns end offsets from :class:`End
 from __future__ import annotations
 
 import json
-import marshal
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -19,27 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
-from foldstream.offsets import EndOffsets
-from foldstream.projections.worker import after_task, arrow_without_pandas, gc_paused
+from foldstream.offsets import EndOffsets, TailRecord
 
-#: :data:`~foldstream.projections.datasources.SCHEMA` in Arrow types.
-ARROW_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", pa.binary()),
-    ]
-)
-ROWS_PER_ARROW_BATCH = 10_000
+#: Messages a task's fetch hands to the fold at most at once.
+MESSAGES_PER_FETCH = 10_000
 #: Bytes of keys and values a micro-batch planned with its records may carry in its task.
 MAX_PLANNED_BYTES = 4 << 20
 READ_TIMEOUT_S = 120.0
@@ -79,19 +68,50 @@ class KafkaRange:
         return self.end - self.start
 
 
-Row = tuple[int, int, bytes | None, bytes | None, bytes | None]
-"""A record as a row of :data:`ARROW_SCHEMA`: partition, offset, key, value, headers."""
+Planned = tuple[tuple[int, tuple[TailRecord, ...]], ...]
+"""The records a micro-batch was planned with: ``((partition, records), ...)``."""
 
 
 @dataclass(frozen=True)
 class KafkaRanges(InputPartition):
     """The ranges one Spark task reads: whole Kafka partitions, never a part of one, so that
-    each partition is folded by one task in offset order. ``rows``, when given, are their
+    each partition is folded by one task in offset order. ``planned``, when given, are their
     records, read by the driver's tail while it planned the micro-batch: the task reads nothing
     from the broker then."""
 
     spans: tuple[KafkaRange, ...]
-    rows: tuple[Row, ...] | None = None
+    planned: Planned | None = None
+
+
+Records = list[tuple[int, EventRecord]]
+"""``(offset, record)`` pairs of one Kafka partition."""
+
+
+def records_of_messages(messages: Sequence[Any]) -> dict[int, Records]:
+    """confluent-kafka messages as ``{partition: records}``, each partition's in the order
+    read."""
+    found: dict[int, Records] = {}
+    for message in messages:
+        headers = message.headers()
+        found.setdefault(message.partition(), []).append(
+            (
+                message.offset(),
+                EventRecord(message.key(), message.value(), tuple(headers) if headers else ()),
+            )
+        )
+    return found
+
+
+def records_of_planned(planned: Planned) -> dict[int, Records]:
+    """The records a micro-batch was planned with (:attr:`KafkaRanges.planned`) as
+    ``{partition: records}``."""
+    return {
+        partition: [
+            (r.offset, EventRecord(r.key, r.value, tuple(r.headers) if r.headers else ()))
+            for r in kept
+        ]
+        for partition, kept in planned
+    }
 
 
 def plan_tasks(spans: list[KafkaRange], tasks: int, single_task_records: int) -> list[KafkaRanges]:
@@ -113,49 +133,17 @@ def plan_tasks(spans: list[KafkaRange], tasks: int, single_task_records: int) ->
     return [KafkaRanges(tuple(sorted(g, key=lambda s: s.partition))) for g in groups]
 
 
-def encode_headers(headers: list[tuple[str, bytes | None]] | None) -> bytes | None:
-    """A record's headers as one binary value (``marshal`` of ``((name, value), ...)``).
-
-    Spark converts every row between Arrow and its own format twice (reader to JVM, JVM to
-    writer); nested types (a list of structs) made that the largest CPU cost of a rebuild.
-    """
-    return marshal.dumps(tuple(headers)) if headers else None
-
-
-def decode_headers(encoded: bytes | None) -> tuple[tuple[str, bytes | None], ...]:
-    """The headers :func:`encode_headers` encoded."""
-    return marshal.loads(encoded) if encoded else ()  # type: ignore[no-any-return]
-
-
-def arrow_batch(messages: list[Any]) -> pa.RecordBatch:
-    """Kafka messages as an Arrow batch of :data:`ARROW_SCHEMA`, column by column."""
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([m.partition() for m in messages], pa.int32()),
-            pa.array([m.offset() for m in messages], pa.int64()),
-            pa.array([m.key() for m in messages], pa.binary()),
-            pa.array([m.value() for m in messages], pa.binary()),
-            pa.array([encode_headers(m.headers()) for m in messages], pa.binary()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
-
-
-def rows_batch(rows: Sequence[Row]) -> pa.RecordBatch:
-    """Rows of :data:`ARROW_SCHEMA` as one Arrow batch, column by column."""
-    columns = list(zip(*rows, strict=True)) if rows else [(), (), (), (), ()]
-    return pa.RecordBatch.from_arrays(
-        [pa.array(column, field.type) for column, field in zip(columns, ARROW_SCHEMA, strict=True)],
-        schema=ARROW_SCHEMA,
-    )
-
-
-def read_ranges(
-    bootstrap: str, topic: str, spans: Sequence[KafkaRange], *, fetch_wait_max_ms: int = 10
-) -> Iterator[pa.RecordBatch]:
-    """The records of ``spans`` as Arrow batches of :data:`ARROW_SCHEMA`, each partition's in
-    offset order (one consumer fetches all the spans' partitions at once)."""
-    arrow_without_pandas()
+def read_messages(
+    bootstrap: str,
+    topic: str,
+    spans: Sequence[KafkaRange],
+    *,
+    fetch_wait_max_ms: int = 10,
+    max_messages: int = MESSAGES_PER_FETCH,
+) -> Iterator[list[Any]]:
+    """The records of ``spans`` as lists of up to ``max_messages`` confluent-kafka messages,
+    each partition's in offset order (one consumer fetches all the spans' partitions at
+    once)."""
     consumer = _consumer(bootstrap, fetch_wait_max_ms)
     ends = {s.partition: s.end for s in spans if s.size > 0}
     positions = {s.partition: s.start for s in spans if s.size > 0}
@@ -170,7 +158,7 @@ def read_ranges(
                 raise BrokerUnavailable(
                     f"{topic}: partitions stuck at (offset, end) {stuck} for {READ_TIMEOUT_S}s"
                 )
-            for message in consume_available(consumer, ROWS_PER_ARROW_BATCH, 0.1):
+            for message in consume_available(consumer, max_messages, 0.1):
                 error = message.error()
                 partition = message.partition()
                 if error is not None:
@@ -189,11 +177,11 @@ def read_ranges(
                     # Done with this partition: fetch no further records of it.
                     paused.append(TopicPartition(topic, partition))
                     consumer.pause(paused[-1:])
-            if len(kept) >= ROWS_PER_ARROW_BATCH:
-                yield arrow_batch(kept)
+            if len(kept) >= max_messages:
+                yield kept
                 kept = []
         if kept:
-            yield arrow_batch(kept)
+            yield kept
     finally:
         if paused:
             consumer.resume(paused)  # the consumer is reused: leave no partition paused
@@ -201,8 +189,9 @@ def read_ranges(
 
 
 class KafkaStreamReader(DataSourceStreamReader):
-    """Driver and executor sides of the source. Options: see
-    :class:`~foldstream.projections.datasources.KafkaSource`.
+    """Plans micro-batches over Kafka (the driver side); a subclass reads them, such as
+    :class:`~foldstream.projections.fold.FoldStreamReader`. Options: see
+    :class:`~foldstream.projections.datasources.FoldSource`.
 
     The partitions read are the ones listed in the ``owned`` file at the start of each
     micro-batch, with the offset to start from when a partition is new to the stream. The
@@ -291,15 +280,15 @@ class KafkaStreamReader(DataSourceStreamReader):
                 spans.append(KafkaRange(int(p), first, end[p]))
         tasks = plan_tasks(spans, self.tasks, self.single_task_records)
         if len(tasks) == 1 and self._ends is not None:
-            rows = self._tail_rows(tasks[0].spans)
-            if rows is not None:
-                return [KafkaRanges(tasks[0].spans, rows)]
+            planned = self._tail_records(tasks[0].spans)
+            if planned is not None:
+                return [KafkaRanges(tasks[0].spans, planned)]
         return list(tasks)
 
-    def _tail_rows(self, spans: Sequence[KafkaRange]) -> tuple[Row, ...] | None:
-        """The rows of ``spans`` from the records the tail kept, or None if it lacks any."""
+    def _tail_records(self, spans: Sequence[KafkaRange]) -> Planned | None:
+        """The records of ``spans`` the tail kept, or None if it lacks any."""
         assert self._ends is not None
-        rows: list[Row] = []
+        planned = []
         size = 0
         for span in spans:
             kept = self._ends.records(span.partition, span.start, span.end)
@@ -308,29 +297,11 @@ class KafkaStreamReader(DataSourceStreamReader):
             size += sum(len(r.key or b"") + len(r.value or b"") for r in kept)
             if size > MAX_PLANNED_BYTES:
                 return None
-            rows += (
-                (span.partition, r.offset, r.key, r.value, encode_headers(r.headers)) for r in kept
-            )
-        return tuple(rows)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaRanges)
-        if partition.rows is not None:
-            if partition.rows:  # none when the ranges hold only transaction markers
-                arrow_without_pandas()
-                yield rows_batch(partition.rows)
-            return
-        with gc_paused():
-            yield from read_ranges(
-                self.bootstrap,
-                self.topic,
-                partition.spans,
-                fetch_wait_max_ms=self.fetch_wait_max_ms,
-            )
-        after_task(sum(span.size for span in partition.spans))
+            planned.append((span.partition, tuple(kept)))
+        return tuple(planned)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Forget the tail's records below ``end``: the sink stored them with the state (it
+        """Forget the tail's records below ``end``: the fold stored them with the state (it
         stores source offsets with the state it writes, so nothing else is to do)."""
         if self._ends is not None:
             self._ends.forget_below({int(p): offset for p, offset in end.items()})

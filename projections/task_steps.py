@@ -1,9 +1,10 @@
 """Where a projection task's time goes, step by step, for the instance's metrics.
 
-A micro-batch's task waits for Spark's input (which includes starting the Python worker that
-reads the records), decodes it, reads the values it folds from the store host, folds, waits for
-the changelog's acknowledgements and commits. Spark reports only the whole (``addBatch``); the
-task measures its steps and reports them to the store host, which hands them to the instance's
+A micro-batch's task fetches its records from Kafka (nothing to fetch when the micro-batch was
+planned with them), decodes them, reads the values it folds from the store host, folds, waits
+for the changelog's acknowledgements and commits. Spark reports only the whole (``addBatch``,
+which includes starting the task and its Python worker); the task measures its steps and
+reports them to the store host, which hands them to the instance's
 ``foldstream_projection_task_seconds{store,step}``.
 """
 
@@ -43,7 +44,7 @@ class TaskSteps:
 
     def waited(self, items: Iterable[T], name: str) -> Iterator[T]:
         """``items``, counting the time spent producing each towards ``name``: for the
-        iterator Spark feeds a task, the task's wait for its input."""
+        records a task fetches, the task's wait for its input."""
         iterator = iter(items)
         while True:
             with self.step(name):

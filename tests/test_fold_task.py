@@ -1,5 +1,5 @@
-"""A projection task on real parts, without Spark: Arrow batches of inventory events folded
-through a store host into RocksDB, changed values sent to a changelog topic on the broker."""
+"""A projection task on real parts, without Spark: fetches of inventory events folded through a
+store host into RocksDB, changed values sent to a changelog topic on the broker."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from foldstream.broker import EmbeddedBroker
@@ -16,8 +15,8 @@ from foldstream.changelog import SOURCE_OFFSET_HEADER
 from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics
-from foldstream.projections import sink
-from foldstream.projections.source import ARROW_SCHEMA, encode_headers
+from foldstream.projections import fold
+from foldstream.projections.source import Records
 from foldstream.projections.task_steps import STEPS
 from foldstream.state.host import StoreHost
 from foldstream.testing.kafka import read_topic
@@ -26,15 +25,17 @@ PARTITIONS = 3
 
 
 @pytest.fixture
-def reports() -> list[tuple[str, dict[str, float]]]:
-    """What tasks reported to the store host of :func:`host`: ``(store, {step: seconds})``."""
+def reports() -> list[tuple[str, dict[str, float], int]]:
+    """What tasks reported to the store host of :func:`host`: ``(store, {step: seconds},
+    records)``."""
     return []
 
 
 @pytest.fixture
-def host(tmp_path: Path, reports: list[tuple[str, dict[str, float]]]) -> Iterator[StoreHost]:
+def host(tmp_path: Path, reports: list[tuple[str, dict[str, float], int]]) -> Iterator[StoreHost]:
     host = StoreHost(
-        state_dir=tmp_path, on_task=lambda store, steps: reports.append((store, steps))
+        state_dir=tmp_path,
+        on_task=lambda store, steps, records: reports.append((store, steps, records)),
     )
     host.start()
     for partition in range(PARTITIONS):
@@ -43,26 +44,20 @@ def host(tmp_path: Path, reports: list[tuple[str, dict[str, float]]]) -> Iterato
     host.stop()
 
 
-def events(partition: int, offsets: range) -> pa.RecordBatch:
+Fetch = dict[int, Records]
+
+
+def events(partition: int, offsets: range) -> Fetch:
     """Product ``p<partition>`` created, then one ``receive_shipment(1)`` per further offset."""
     codec, product = EventCodec(), Product(id=f"p{partition}")
     for _ in offsets[1:]:
         product.receive_shipment(1)
     records = [codec.encode(e) for e in product.collect_events()]
     assert len(records) == len(offsets)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([partition] * len(records), pa.int32()),
-            pa.array(list(offsets), pa.int64()),
-            pa.array([r.key for r in records], pa.binary()),
-            pa.array([r.value for r in records], pa.binary()),
-            pa.array([encode_headers(list(r.headers)) for r in records], pa.binary()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    return {partition: list(zip(offsets, records, strict=True))}
 
 
-def run_task(broker: EmbeddedBroker, host: StoreHost, batches: list[pa.RecordBatch]) -> str:
+def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> str:
     changelog = f"fold-{uuid.uuid4().hex[:8]}.changelog"
     ensure_topics(broker.bootstrap, [TopicSpec(changelog, PARTITIONS, compact=True)])
     options = {
@@ -73,21 +68,14 @@ def run_task(broker: EmbeddedBroker, host: StoreHost, batches: list[pa.RecordBat
         "changelog_topic": changelog,
         "bootstrap": broker.bootstrap,
     }
-    assert sink.fold_task(options, iter(batches)) == {
-        p: (sum(b.num_rows for b in batches if b.column("partition")[0].as_py() == p), last)
-        for p, last in last_offsets(batches).items()
+    assert fold.fold_task(options, iter(fetches), dict) == {
+        p: (
+            sum(len(f.get(p, [])) for f in fetches),
+            max(o for f in fetches for o, _ in f.get(p, [])),
+        )
+        for p in sorted({p for f in fetches for p in f})
     }
     return changelog
-
-
-def last_offsets(batches: list[pa.RecordBatch]) -> dict[int, int]:
-    found: dict[int, int] = {}
-    for batch in batches:
-        for partition, offset in zip(
-            batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True
-        ):
-            found[partition] = max(found.get(partition, -1), offset)
-    return found
 
 
 def on_hand(host: StoreHost, partition: int) -> int:
@@ -101,8 +89,8 @@ def on_hand(host: StoreHost, partition: int) -> int:
 def test_a_task_of_several_partitions_commits_each_after_its_changelog_records_landed(
     broker: EmbeddedBroker, host: StoreHost
 ) -> None:
-    batches = [events(p, range(10 * p, 10 * p + 4 + p)) for p in range(PARTITIONS)]
-    changelog = run_task(broker, host, batches)
+    fetches = [events(p, range(10 * p, 10 * p + 4 + p)) for p in range(PARTITIONS)]
+    changelog = run_task(broker, host, fetches)
     landed = {p: (offset, headers) for p, offset, _, _, headers in read_topic(
         broker.bootstrap, changelog, PARTITIONS
     )}  # fmt: skip
@@ -119,22 +107,21 @@ def test_a_task_of_several_partitions_commits_each_after_its_changelog_records_l
 def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
     broker: EmbeddedBroker, host: StoreHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sink, "FOLD_CHUNK_RECORDS", 5)
+    monkeypatch.setattr(fold, "FOLD_CHUNK_RECORDS", 5)
     # Partition 0 arrives in two chunks, with partition 1's records between them.
-    first = events(0, range(0, 12))
-    batches = [first.slice(0, 6), events(1, range(0, 3)), first.slice(6)]
-    run_task(broker, host, batches)
+    [first] = events(0, range(0, 12)).values()
+    run_task(broker, host, [{0: first[:6]}, events(1, range(0, 3)), {0: first[6:]}])
     assert (on_hand(host, 0), on_hand(host, 1)) == (11, 2)
     held = host.partition("stock", 0)
     assert held is not None and held.applied_offset() == 11
 
 
 def test_a_task_reports_the_time_of_each_step_to_the_store_host(
-    broker: EmbeddedBroker, host: StoreHost, reports: list[tuple[str, dict[str, float]]]
+    broker: EmbeddedBroker, host: StoreHost, reports: list[tuple[str, dict[str, float], int]]
 ) -> None:
     run_task(broker, host, [events(p, range(0, 5)) for p in range(PARTITIONS)])
-    [(store, steps)] = reports
-    assert store == "stock"
+    [(store, steps, records)] = reports
+    assert (store, records) == ("stock", 5 * PARTITIONS)
     assert list(steps) == list(STEPS)
     # Every step was timed: each took some time (the changelog's acknowledgements a broker
     # round trip, reading and committing a round trip to the host).

@@ -14,11 +14,11 @@ from foldstream.projections.task_steps import STEPS
 from foldstream.scrape import activity, samples
 
 
-def progress(total_ms: int, rows: int, **phases: int) -> dict[str, Any]:
+def progress(total_ms: int, **phases: int) -> dict[str, Any]:
     """A progress report of Spark's shape (``StreamingQueryProgress.json()``, the parts read)."""
     return {
         "name": "inventory.stock",
-        "numInputRows": rows,
+        "numInputRows": 1,  # the partitions the tasks advanced: not the records
         "durationMs": {"triggerExecution": total_ms, **phases},
     }
 
@@ -27,9 +27,13 @@ def test_activity_between_two_expositions() -> None:
     counts = {"transactions": 3, "commands": 10}
     metrics = InstanceMetrics(command_counts=lambda: counts)
     before = samples(metrics.exposition().decode())
-    metrics.observe_progress("stock", progress(200, 7, addBatch=150, walCommit=20))
-    metrics.observe_progress("stock", progress(100, 3, addBatch=50, walCommit=10))
-    metrics.observe_progress("other", progress(900, 1000, addBatch=800))
+    no_time = dict.fromkeys(STEPS, 0.0)
+    metrics.observe_progress("stock", progress(200, addBatch=150, walCommit=20))
+    metrics.observe_task("stock", no_time, 7)
+    metrics.observe_progress("stock", progress(100, addBatch=50, walCommit=10))
+    metrics.observe_task("stock", no_time, 3)
+    metrics.observe_progress("other", progress(900, addBatch=800))
+    metrics.observe_task("other", no_time, 1000)
     counts.update(transactions=5, commands=14)
 
     since = activity(before, samples(metrics.exposition().decode()), "stock")
@@ -46,9 +50,9 @@ def test_task_steps_are_averaged_per_task() -> None:
     metrics = InstanceMetrics(command_counts=lambda: None)
     before = samples(metrics.exposition().decode())
     steps = dict.fromkeys(STEPS, 0.0)
-    metrics.observe_task("stock", {**steps, "input": 0.040, "changelog": 0.010})
-    metrics.observe_task("stock", {**steps, "input": 0.060, "fold": 0.004})
-    metrics.observe_task("other", {**steps, "input": 9.0})
+    metrics.observe_task("stock", {**steps, "input": 0.040, "changelog": 0.010}, 1)
+    metrics.observe_task("stock", {**steps, "input": 0.060, "fold": 0.004}, 1)
+    metrics.observe_task("other", {**steps, "input": 9.0}, 1)
 
     since = activity(before, samples(metrics.exposition().decode()), "stock")
 
@@ -96,11 +100,11 @@ def test_the_listener_records_the_queries_it_was_given_and_survives_bad_reports(
     listener = _ProgressListener(metrics, {"inventory.stock": "stock"})
     before = samples(metrics.exposition().decode())
 
-    listener.onQueryProgress(_ProgressEvent(progress(120, 4, addBatch=90)))
-    listener.onQueryProgress(_ProgressEvent({**progress(500, 9), "name": "someone.else"}))
+    listener.onQueryProgress(_ProgressEvent(progress(120, addBatch=90)))
+    listener.onQueryProgress(_ProgressEvent({**progress(500), "name": "someone.else"}))
     with caplog.at_level(logging.ERROR, logger="foldstream.metrics"):
         listener.onQueryProgress(_ProgressEvent("not json"))
 
     since = activity(before, samples(metrics.exposition().decode()), "stock")
-    assert (since.batches, since.records, since.batch_mean_ms) == (1, 4, 120.0)
+    assert (since.batches, since.batch_mean_ms) == (1, 120.0)
     assert "recording a projection's progress" in caplog.text

@@ -1,24 +1,18 @@
-"""The pieces between Kafka and the fold: task planning, header transport, decoding."""
+"""The pieces between Kafka and the fold: task planning, chunking, decoding."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import pyarrow as pa
 import pytest
 from eventsourcing.persistence import StoredEvent
 
-from foldstream.domain import EventCodec
+from foldstream.domain import EventCodec, EventRecord
 from foldstream.examples.inventory.domain import Product
-from foldstream.projections.sink import changelog_position, partition_chunks
-from foldstream.projections.source import (
-    ARROW_SCHEMA,
-    KafkaRange,
-    decode_headers,
-    encode_headers,
-    plan_tasks,
-)
+from foldstream.offsets import TailRecord
+from foldstream.projections.fold import changelog_position, partition_chunks
+from foldstream.projections.source import KafkaRange, Records, plan_tasks, records_of_planned
 
 
 def test_small_batches_are_one_task_and_large_ones_are_balanced() -> None:
@@ -31,26 +25,25 @@ def test_small_batches_are_one_task_and_large_ones_are_balanced() -> None:
     assert plan_tasks([KafkaRange(0, 5, 5)], tasks=2, single_task_records=5) == []
 
 
-def test_headers_travel_as_one_binary_value() -> None:
-    headers = [("event-type", b"x:Y"), ("version", b"3"), ("empty", None)]
-    assert decode_headers(encode_headers(headers)) == tuple(headers)
-    assert encode_headers([]) is None and decode_headers(None) == ()
+def _batch(rows: list[tuple[int, int]]) -> dict[int, Records]:
+    """A fetch of records at ``(partition, offset)``, in the order given."""
+    found: dict[int, Records] = {}
+    for p, o in rows:
+        found.setdefault(p, []).append((o, EventRecord(b"k%d" % o, b"v", (("n", b"%d" % o),))))
+    return found
 
 
-def _batch(rows: list[tuple[int, int]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(
-        [
-            {
-                "partition": p,
-                "offset": o,
-                "key": b"k%d" % o,
-                "value": b"v",
-                "headers": encode_headers([("n", b"%d" % o)]),
-            }
-            for p, o in rows
-        ],
-        schema=ARROW_SCHEMA,
+def test_planned_records_become_records_by_partition() -> None:
+    planned = (
+        (1, (TailRecord(7, b"k7", b"v", [("n", b"7"), ("empty", None)]),)),
+        (0, (TailRecord(3, b"k3", None, None),)),
+        (2, ()),  # a range of transaction markers only
     )
+    assert records_of_planned(planned) == {
+        1: [(7, EventRecord(b"k7", b"v", (("n", b"7"), ("empty", None))))],
+        0: [(3, EventRecord(b"k3", None, ()))],
+        2: [],
+    }
 
 
 def test_records_are_split_by_partition_in_offset_order() -> None:

@@ -32,31 +32,32 @@ def remote(host: StoreHost, keys: list[bytes], partition: int = 0) -> RemotePart
 
 
 def test_a_task_report_reaches_on_task_and_is_accepted_without_it(tmp_path: Path) -> None:
-    reports: list[tuple[str, dict[str, float]]] = []
+    reports: list[tuple[str, dict[str, float], int]] = []
     with_callback = StoreHost(
-        state_dir=tmp_path / "a", on_task=lambda store, steps: reports.append((store, steps))
+        state_dir=tmp_path / "a",
+        on_task=lambda store, steps, records: reports.append((store, steps, records)),
     )
     without = StoreHost(state_dir=tmp_path / "b")
     for host in (with_callback, without):
         host.start()
         try:
-            call_host(host.address, host.authkey, ("task", "kv", None, {"fold": 0.5}))
+            call_host(host.address, host.authkey, ("task", "kv", None, {"fold": 0.5}, 7))
         finally:
             host.stop()
-    assert reports == [("kv", {"fold": 0.5})]
+    assert reports == [("kv", {"fold": 0.5}, 7)]
 
 
 def test_a_failing_on_task_is_logged_and_never_fails_the_task(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def broken(store: str, steps: dict[str, float]) -> None:
+    def broken(store: str, steps: dict[str, float], records: int) -> None:
         raise ValueError("metrics are down")
 
     host = StoreHost(state_dir=tmp_path, on_task=broken)
     host.start()
     try:
         with caplog.at_level(logging.ERROR, logger="foldstream.state.host"):
-            assert call_host(host.address, host.authkey, ("task", "kv", None, {})) is None
+            assert call_host(host.address, host.authkey, ("task", "kv", None, {}, 0)) is None
     finally:
         host.stop()
     assert "recording a projection task's steps" in caplog.text

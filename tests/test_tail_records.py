@@ -7,7 +7,6 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -15,12 +14,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.offsets import EndOffsets, KeptRecords, TailRecord
+from foldstream.projections.fold import FoldStreamReader
 from foldstream.projections.source import (
     KafkaRange,
     KafkaRanges,
-    KafkaStreamReader,
-    decode_headers,
-    read_ranges,
+    read_messages,
+    records_of_messages,
+    records_of_planned,
     write_owned,
 )
 
@@ -67,8 +67,13 @@ def reached(ends: EndOffsets, wanted: dict[int, int], timeout: float = 20.0) -> 
     return now
 
 
-def read(broker: EmbeddedBroker, topic: str, spans: list[KafkaRange]) -> list[dict[str, Any]]:
-    return [row for b in read_ranges(broker.bootstrap, topic, spans) for row in b.to_pylist()]
+def read(broker: EmbeddedBroker, topic: str, spans: list[KafkaRange]) -> list[TailRecord]:
+    """What a task's fetch of ``spans`` gives, as the tail keeps records."""
+    return [
+        TailRecord(m.offset(), m.key(), m.value(), m.headers())
+        for fetch in read_messages(broker.bootstrap, topic, spans)
+        for m in fetch
+    ]
 
 
 def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: EmbeddedBroker) -> None:
@@ -84,11 +89,7 @@ def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: Embedded
         for partition, start in ((0, 5), (1, 0)):
             kept = ends.records(partition, start, now[partition])
             assert kept is not None
-            expected = read(broker, topic, [KafkaRange(partition, start, now[partition])])
-            assert [
-                (r.offset, r.key, r.value, r.headers and [tuple(h) for h in r.headers])
-                for r in kept
-            ] == [(e["offset"], e["key"], e["value"], got_headers(e["headers"])) for e in expected]
+            assert kept == read(broker, topic, [KafkaRange(partition, start, now[partition])])
         assert len(ends.records(0, 5, now[0]) or []) == 5  # the marker's offset holds no record
         # The tail started at the end the broker reported (Tansu's can be a little short): it
         # kept nothing from before that.
@@ -100,10 +101,6 @@ def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: Embedded
         assert last is not None and [r.key for r in last] == [b"after-1"]
     finally:
         ends.close()
-
-
-def got_headers(encoded: bytes | None) -> list[tuple[str, bytes | None]] | None:
-    return list(decode_headers(encoded)) or None
 
 
 def test_only_the_newest_records_are_kept_past_the_limit(broker: EmbeddedBroker) -> None:
@@ -126,7 +123,7 @@ def test_a_small_micro_batch_is_planned_with_its_records(
     topic = new_topic(broker)
     owned = tmp_path / "owned.json"
     write_owned(owned, {0: 0, 1: 0})
-    reader = KafkaStreamReader(
+    reader = FoldStreamReader(  # planning only: the options of the fold are not needed
         {"bootstrap": broker.bootstrap, "topic": topic, "partitions": "0,1", "owned": str(owned)}
     )
     try:
@@ -138,17 +135,15 @@ def test_a_small_micro_batch_is_planned_with_its_records(
         end = reader.latestOffset(start, ReadAllAvailable())
         assert end == {"0": 3, "1": 2}
         (planned,) = reader.partitions(start, end)
-        assert isinstance(planned, KafkaRanges) and planned.rows is not None
-        from_tail = [row for b in reader.read(planned) for row in b.to_pylist()]
-        from_broker = [
-            row
-            for b in reader.read(KafkaRanges(planned.spans))  # the same ranges, fetched
-            for row in b.to_pylist()
-        ]
-        assert from_tail == from_broker and len(from_tail) == 5
+        assert isinstance(planned, KafkaRanges) and planned.planned is not None
+        from_tail = records_of_planned(planned.planned)
+        # The same ranges, fetched as a task does when a micro-batch was planned without them.
+        (fetched,) = read_messages(broker.bootstrap, topic, planned.spans)
+        assert from_tail == records_of_messages(fetched)
+        assert [len(from_tail[p]) for p in (0, 1)] == [3, 2]
         reader.commit(end)  # folded: the tail keeps none of them any more
         (replanned,) = reader.partitions(start, end)
-        assert isinstance(replanned, KafkaRanges) and replanned.rows is None
+        assert isinstance(replanned, KafkaRanges) and replanned.planned is None
     finally:
         reader.stop()
 

@@ -3,7 +3,7 @@ owns them, and serves them to the projection's Spark workers over a local connec
 
 Spark runs the fold in Python workers that alternate between micro-batches, so a worker could
 not keep a partition open: opening and flush-closing it cost about 10 ms of CPU per partition
-and batch (17 fsyncs), and every commit made the query API reopen its snapshot. Now the sink
+and batch (17 fsyncs), and every commit made the query API reopen its snapshot. Now the fold
 (in whichever worker) asks the host for the values a batch folds in one round trip and sends
 the changes back in another; the host writes them with the source offset in one WriteBatch, as
 the worker did, and lookups read the same open partition. The connection is
@@ -63,8 +63,9 @@ class StoreHost:
     Lifecycle: :meth:`start`; :meth:`open` / :meth:`close` as partitions come and go;
     :meth:`stop` closes everything. The connection carries pickles, authenticated by a key
     made per host but not encrypted: keep it on loopback or a network that only the cluster's
-    machines reach. ``on_task(store, {step: seconds})`` is called with each task's report of
-    where its time went (:mod:`~foldstream.projections.task_steps`).
+    machines reach. ``on_task(store, {step: seconds}, records)`` is called with each task's
+    report of where its time went (:mod:`~foldstream.projections.task_steps`) and how many
+    records it handled.
     """
 
     def __init__(
@@ -74,7 +75,7 @@ class StoreHost:
         host: str = "127.0.0.1",
         idle_flush_s: float = IDLE_FLUSH_S,
         idle_flush_entries: int = IDLE_FLUSH_ENTRIES,
-        on_task: Callable[[str, Mapping[str, float]], None] | None = None,
+        on_task: Callable[[str, Mapping[str, float], int], None] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.on_task = on_task
@@ -215,12 +216,12 @@ class StoreHost:
         finally:
             connection.close()
 
-    def _report_task(self, store: str, seconds: Mapping[str, float]) -> None:
+    def _report_task(self, store: str, seconds: Mapping[str, float], records: int) -> None:
         # A task's report is for the metrics: a failing callback must never fail the task.
         if self.on_task is None:
             return
         try:
-            self.on_task(store, seconds)
+            self.on_task(store, seconds, records)
         except Exception:  # noqa: BLE001
             log.exception("recording a projection task's steps")
 
