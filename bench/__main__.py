@@ -103,6 +103,11 @@ def rebuild_figures(run: BenchRun, bootstrap: str) -> tuple[list[Figure], dict[s
             "do-nothing Python reader → writer micro-batches",
             lambda: noop_batch_ms(spark, run.size["noop_batches"]),
         )
+        noop_sink = run.step(
+            "do-nothing Python reader → JVM noop sink micro-batches",
+            lambda: noop_batch_ms(spark, run.size["noop_batches"], sink="noop"),
+        )
+        noop |= {"noop sink median": noop_sink["median"], "noop sink p90": noop_sink["p90"]}
     finally:
         spark.stop()
     figure = Figure(

@@ -1,6 +1,7 @@
 """The reference micro-batch: a do-nothing Python Data Source stream reader (one new row per
 batch) into a do-nothing Python Arrow stream writer, in a session with the projection's settings
-(:func:`foldstream.spark.spark_session`)."""
+(:func:`foldstream.spark.spark_session`). The same reader into the JVM's ``noop`` sink is the
+do-nothing query of the projection's own shape (its tasks fold in the reader)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import statistics
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,8 +46,8 @@ class _Reader(DataSourceStreamReader):
 
 
 class _Writer(DataSourceStreamArrowWriter):
-    """Reads its input and appends how long that took (s) to the file ``waits``: the same
-    wait as a projection task's ``input`` step (:mod:`foldstream.projections.task_steps`)."""
+    """Reads its input and appends how long that took (s) to the file ``waits``: how long a
+    Python writer waits for the reader's rows, passed on by the JVM."""
 
     def __init__(self, waits: str) -> None:
         self.waits = waits
@@ -81,39 +83,50 @@ class NoopSource(DataSource):
 
 
 class _Batches(StreamingQueryListener):
-    """Sets ``done`` once the query reported ``batches`` micro-batches (or stopped)."""
+    """Sets ``done`` once the query named ``name`` reported ``batches`` micro-batches (or
+    stopped). Events of other queries are ignored: the bus delivers them late, e.g. the end of
+    the previous do-nothing query after this listener was added."""
 
-    def __init__(self, batches: int) -> None:
+    def __init__(self, name: str, batches: int) -> None:
+        self.name = name
         self.batches = batches
         self.done = threading.Event()
+        self._id: str | None = None
 
     def onQueryStarted(self, event: Any) -> None:
-        pass
+        if event.name == self.name:
+            self._id = str(event.id)
 
     def onQueryProgress(self, event: Any) -> None:
-        if event.progress.batchId + 1 >= self.batches:
+        if event.progress.name == self.name and event.progress.batchId + 1 >= self.batches:
             self.done.set()
 
     def onQueryIdle(self, event: Any) -> None:
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        self.done.set()
+        if self._id is not None and str(event.id) == self._id:
+            self.done.set()
 
 
-def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> dict[str, float]:
+def noop_batch_ms(
+    spark: SparkSession, batches: int = 40, warmup: int = 5, *, sink: str = "bench-noop"
+) -> dict[str, float]:
     """Median and p90 of the do-nothing query's batch time (ms), after ``warmup`` batches, the
-    mean of each phase Spark reports (``phase <name>``), and the median time its writer waited
-    for its input (``task input``)."""
+    mean of each phase Spark reports (``phase <name>``), and, with the Python writer (``sink``
+    ``"bench-noop"``; ``"noop"`` is the JVM's), the median time it waited for the reader's
+    rows (``writer wait``)."""
     spark.dataSource.register(NoopSource)
-    listener = _Batches(batches + warmup)
+    name = f"bench-noop-{sink}-{uuid.uuid4().hex[:8]}"
+    listener = _Batches(name, batches + warmup)
     spark.streams.addListener(listener)
     with tempfile.TemporaryDirectory(prefix="bench-noop-") as scratch:
         waits = Path(scratch, "waits")
         query = (
             spark.readStream.format("bench-noop")
             .load()
-            .writeStream.format("bench-noop")
+            .writeStream.format(sink)
+            .queryName(name)
             .option("checkpointLocation", str(Path(scratch, "checkpoint")))
             .option("waits", str(waits))
             .start()
@@ -125,7 +138,9 @@ def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> di
         finally:
             query.stop()
             spark.streams.removeListener(listener)
-        input_waits = [float(line) for line in waits.read_text().split()[warmup:]]
+        written = waits.read_text().split() if waits.exists() else []  # none with "noop"
+        input_waits = [float(line) for line in written[warmup:]]
+        waited = {"writer wait": statistics.median(input_waits) * 1e3} if input_waits else {}
     measured = progress[warmup:]
     times = sorted(p["durationMs"]["triggerExecution"] for p in measured)
     phases = {phase for p in measured for phase in p["durationMs"]} - {"triggerExecution"}
@@ -133,7 +148,7 @@ def noop_batch_ms(spark: SparkSession, batches: int = 40, warmup: int = 5) -> di
         "median": statistics.median(times),
         "p90": times[int(len(times) * 0.9)],
         "batches": len(times),
-        "task input": statistics.median(input_waits) * 1e3,
+        **waited,
         **{
             f"phase {phase}": statistics.fmean(p["durationMs"].get(phase, 0) for p in measured)
             for phase in sorted(phases)

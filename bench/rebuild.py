@@ -13,9 +13,8 @@ from bench.procs import cpu_by_kind
 from bench.workload import expected_on_hand, sku
 from foldstream.examples.inventory import service
 from foldstream.kafka import read_to_end
-from foldstream.projections.fold import fold_partition
+from foldstream.projections.fold import fold_partition, records_of_messages
 from foldstream.projections.runner import ProjectionRunner
-from foldstream.projections.source import records_of_messages
 from foldstream.settings import Settings
 from foldstream.state import RocksDBReader, RocksDBWriter, partition_path
 from foldstream.state.host import StoreHost
@@ -84,18 +83,18 @@ def spark_rebuild(
         runner.stop()
         host.stop()
     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_kind(os.getpid()).items()}
-    rows = sum(handled)
+    records = sum(handled)
     batches = [p for p in progress if p["numInputRows"]]
     spark_figures = {
         "seconds": elapsed,
-        "events/CPU-s": rows / sum(v for k, v in cpu.items() if k != "broker"),
+        "events/CPU-s": records / sum(v for k, v in cpu.items() if k != "broker"),
         **{f"cpu s: {kind}": seconds for kind, seconds in sorted(cpu.items())},
         "micro-batches with data": len(batches),
-        "rows": rows,
+        "records": records,
         "mean batch ms": sum(p["durationMs"]["triggerExecution"] for p in batches)
         / max(1, len(batches)),
     }
-    return rows / elapsed, spark_figures
+    return records / elapsed, spark_figures
 
 
 def check_stock(

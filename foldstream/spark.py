@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 MIN_JAVA = 17
-# C1 only and the serial collector: a projection's JVM mostly plans micro-batches and moves Arrow
-# buffers; C2 compiler and parallel GC threads cost more CPU (≈30% of the JVM's share of a
-# 600k-event rebuild, measured) and memory than they return on 2 cores. A small initial heap: the
+# C1 only and the serial collector: a projection's JVM mostly plans micro-batches and runs their
+# tasks; C2 compiler and parallel GC threads cost more CPU (≈30% of the JVM's share of a
+# 600k-event rebuild, measured when the JVM also moved every record as Arrow buffers) and memory
+# than they return on 2 cores. A small initial heap: the
 # default is 1/64 of the machine's memory (384 MB of 24 GiB), and the young generation sized from
 # it is all touched, while the heap a projection needs is a third of that (1M-key rebuild: the
 # JVM's peak RSS fell from 441 to 362 MB, at the same rebuild time).
@@ -142,8 +143,8 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
-        # The JVM plans micro-batches and passes Arrow batches through: half the default heap
-        # is plenty and keeps an instance's tree within its memory budget.
+        # The JVM plans micro-batches and runs their tasks (the records stay in Python): half
+        # the default heap is plenty and keeps an instance's tree within its memory budget.
         .config("spark.driver.memory", "512m")
         .getOrCreate()
     )

@@ -25,15 +25,16 @@ class FoldSource(DataSource):
     :func:`~foldstream.projections.source.write_owned`), ``service`` (import path), ``store``,
     ``store_host`` and ``store_token`` (the :class:`~foldstream.state.host.StoreHost` holding
     the store's partitions: address and hex key; "token" so that Spark redacts it), and
-    optionally ``changelog_topic``, ``max_records_per_partition``, ``fetch_wait_max_ms``,
-    ``tasks`` and ``single_task_records``
-    (see :class:`~foldstream.projections.source.KafkaStreamReader`).
+    optionally ``changelog_topic``, ``max_records_per_partition`` (a micro-batch's cap),
+    ``fetch_wait_max_ms``, ``tasks`` (Spark tasks of a large micro-batch) and
+    ``single_task_records`` (up to which a micro-batch is one task).
 
     Each task folds the records it reads into the store
     (:class:`~foldstream.projections.fold.FoldStreamReader`) and yields a row of
     :data:`FOLD_SCHEMA` per partition it advanced, for a sink that needs no Python, such as
-    ``writeStream.format("noop")``. Spark's ``numInputRows`` counts those rows; the records
-    folded are in the instance's ``foldstream_projection_records`` metric.
+    ``writeStream.format("noop")``. Spark's ``numInputRows`` counts those rows; the records the
+    tasks handled (folded, or skipped as applied already) are in the instance's
+    ``foldstream_projection_records`` metric, as the tasks report them.
     """
 
     @classmethod
@@ -44,6 +45,6 @@ class FoldSource(DataSource):
         return FOLD_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        from foldstream.projections.fold import FoldStreamReader
+        from foldstream.projections.source import FoldStreamReader
 
         return FoldStreamReader(dict(self.options))

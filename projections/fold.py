@@ -1,13 +1,13 @@
 """A projection's fold, run inside the Spark task that reads the records.
 
-:class:`FoldStreamReader` is the stream reader of
-:class:`~foldstream.projections.datasources.FoldSource`: Spark plans its micro-batches like any
-Kafka source's (:class:`~foldstream.projections.source.KafkaStreamReader`), and each task folds
-the records of its Kafka partitions where it reads them, then hands Spark one row per partition
-(records applied, last offset) for the JVM's ``noop`` sink. Folding in a separate Python sink
-would cost every task a second Python worker, and every record a trip through the JVM and
-two Arrow conversions (do-nothing readers measured here: an idle micro-batch took 20-27 ms
-longer with a Python sink than with ``noop``).
+The stream reader of :class:`~foldstream.projections.datasources.FoldSource`
+(:class:`~foldstream.projections.source.FoldStreamReader`) plans micro-batches like any Kafka
+source, and each task folds the records of its Kafka partitions where it reads them
+(:func:`fold_task`), then hands Spark one row per partition (records applied, last offset) for
+the JVM's ``noop`` sink. Folding in a separate Python sink would cost every task a second
+Python worker, and every record a trip through the JVM and two Arrow conversions: ``make
+bench`` measures both do-nothing queries, a Python reader into a Python writer and into
+``noop``.
 
 For each Kafka partition in a task, in offset order and in chunks of up to
 :data:`FOLD_CHUNK_RECORDS` records as they arrive (so a rebuild's large micro-batches need no
@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from confluent_kafka import Producer
-from pyspark.sql.datasource import InputPartition
 
 from foldstream.changelog import (
     BATCH_END_HEADER,
@@ -41,16 +40,9 @@ from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
 from foldstream.projections.projection import Projection
-from foldstream.projections.source import (
-    KafkaRanges,
-    KafkaStreamReader,
-    Records,
-    read_messages,
-    records_of_messages,
-    records_of_planned,
-)
+from foldstream.projections.source import Planned
 from foldstream.projections.task_steps import TaskSteps
-from foldstream.projections.worker import after_task, arrow_without_pandas, gc_paused
+from foldstream.projections.worker import after_task, gc_paused
 from foldstream.state import PartitionWriter
 from foldstream.state.host import PartitionClosed, RemotePartition, call_host
 
@@ -93,13 +85,45 @@ class ChangelogTarget(NamedTuple):
     epoch: int
 
 
+Records = list[tuple[int, EventRecord]]
+"""``(offset, record)`` pairs of one Kafka partition."""
+
+
+def records_of_messages(messages: Sequence[Any]) -> dict[int, Records]:
+    """confluent-kafka messages as ``{partition: records}``, each partition's in the order
+    read."""
+    found: dict[int, Records] = {}
+    for message in messages:
+        headers = message.headers()
+        found.setdefault(message.partition(), []).append(
+            (
+                message.offset(),
+                EventRecord(message.key(), message.value(), tuple(headers) if headers else ()),
+            )
+        )
+    return found
+
+
+def records_of_planned(planned: Planned) -> dict[int, Records]:
+    """The records a micro-batch was planned with (:attr:`KafkaRanges.planned`) as
+    ``{partition: records}``."""
+    return {
+        partition: [
+            (r.offset, EventRecord(r.key, r.value, tuple(r.headers) if r.headers else ()))
+            for r in kept
+        ]
+        for partition, kept in planned
+    }
+
+
 #: Records of one partition that a task folds and commits together. A micro-batch is folded in
-#: such chunks as its Arrow batches arrive, so a task's memory (records, changed values, queued
+#: such chunks as its fetches arrive, so a task's memory (records, changed values, queued
 #: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's: by this many
 #: records per partition the task reads (a partition's records wait until they fill a chunk or
 #: the task's input ends). Each chunk sends one changelog record per key it changed: larger
-#: chunks send fewer (a 2M-event rebuild over 100k keys, `make bench`: 41.1k and 41.6k events
-#: per CPU-second at 50k, 37.7k at 20k).
+#: chunks send fewer (a 2M-event rebuild over 100k keys, `make bench`, measured when a Python
+#: sink still folded what the reader yielded: 41.1k and 41.6k events per CPU-second at 50k,
+#: 37.7k at 20k).
 FOLD_CHUNK_RECORDS = 50_000
 
 
@@ -354,29 +378,3 @@ def fold_task(
         log.warning("could not report the task's steps to the store host", exc_info=True)
     after_task(handled)
     return applied
-
-
-class FoldStreamReader(KafkaStreamReader):
-    """The stream reader of :class:`~foldstream.projections.datasources.FoldSource`: plans
-    micro-batches as :class:`KafkaStreamReader` does; each task folds its records and yields
-    ``(partition, records applied, last offset)`` per partition it advanced."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        self.fold_options = options
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, int]]:  # type: ignore[override]
-        assert isinstance(partition, KafkaRanges)
-        arrow_without_pandas()  # pyspark turns the rows yielded into Arrow
-        if partition.planned is not None:
-            applied = fold_task(self.fold_options, [partition.planned], records_of_planned)
-        else:
-            fetched = read_messages(
-                self.bootstrap,
-                self.topic,
-                partition.spans,
-                fetch_wait_max_ms=self.fetch_wait_max_ms,
-            )
-            applied = fold_task(self.fold_options, fetched, records_of_messages)
-        for kafka_partition, (count, offset) in sorted(applied.items()):
-            yield kafka_partition, count, offset

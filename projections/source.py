@@ -1,10 +1,12 @@
-"""A Spark streaming source over Kafka (Spark's Python Data Source API on confluent-kafka).
+"""The projection's Spark streaming source over Kafka (Spark's Python Data Source API on
+confluent-kafka): planning micro-batches, fetching their records, and the reader whose tasks
+fold them (:class:`FoldStreamReader`, folding with :mod:`~foldstream.projections.fold`).
 
 Offsets are ``{"<partition>": next offset}``. A micro-batch becomes as many Spark tasks as
 there are cores (option ``tasks``), each reading whole Kafka partitions, or a single task when
 it is small (``single_task_records``): large batches (rebuilds) use every core, small ones
 (steady state) pay the per-task cost once.
-Spark's ``format("kafka")`` needs a connector jar that pyspark does not ship; this source needs
+Spark's ``format("kafka")`` needs a connector jar that pyspark does not ship; reading here needs
 nothing but confluent-kafka. The driver side learns end offsets from :class:`EndOffsets`.
 """
 
@@ -22,7 +24,6 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
 from foldstream.offsets import EndOffsets, TailRecord
@@ -83,37 +84,6 @@ class KafkaRanges(InputPartition):
     planned: Planned | None = None
 
 
-Records = list[tuple[int, EventRecord]]
-"""``(offset, record)`` pairs of one Kafka partition."""
-
-
-def records_of_messages(messages: Sequence[Any]) -> dict[int, Records]:
-    """confluent-kafka messages as ``{partition: records}``, each partition's in the order
-    read."""
-    found: dict[int, Records] = {}
-    for message in messages:
-        headers = message.headers()
-        found.setdefault(message.partition(), []).append(
-            (
-                message.offset(),
-                EventRecord(message.key(), message.value(), tuple(headers) if headers else ()),
-            )
-        )
-    return found
-
-
-def records_of_planned(planned: Planned) -> dict[int, Records]:
-    """The records a micro-batch was planned with (:attr:`KafkaRanges.planned`) as
-    ``{partition: records}``."""
-    return {
-        partition: [
-            (r.offset, EventRecord(r.key, r.value, tuple(r.headers) if r.headers else ()))
-            for r in kept
-        ]
-        for partition, kept in planned
-    }
-
-
 def plan_tasks(spans: list[KafkaRange], tasks: int, single_task_records: int) -> list[KafkaRanges]:
     """Group ``spans`` into at most ``tasks`` Spark tasks of about equal record counts.
 
@@ -158,7 +128,7 @@ def read_messages(
                 raise BrokerUnavailable(
                     f"{topic}: partitions stuck at (offset, end) {stuck} for {READ_TIMEOUT_S}s"
                 )
-            for message in consume_available(consumer, max_messages, 0.1):
+            for message in consume_available(consumer, max_messages - len(kept), 0.1):
                 error = message.error()
                 partition = message.partition()
                 if error is not None:
@@ -189,9 +159,8 @@ def read_messages(
 
 
 class KafkaStreamReader(DataSourceStreamReader):
-    """Plans micro-batches over Kafka (the driver side); a subclass reads them, such as
-    :class:`~foldstream.projections.fold.FoldStreamReader`. Options: see
-    :class:`~foldstream.projections.datasources.FoldSource`.
+    """Plans micro-batches over Kafka (the driver side); :class:`FoldStreamReader` reads them.
+    Options (the planning ones): see :class:`~foldstream.projections.datasources.FoldSource`.
 
     The partitions read are the ones listed in the ``owned`` file at the start of each
     micro-batch, with the offset to start from when a partition is new to the stream. The
@@ -310,6 +279,39 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self._ends is not None:
             self._ends.close()
             self._ends = None
+
+
+class FoldStreamReader(KafkaStreamReader):
+    """The stream reader of :class:`~foldstream.projections.datasources.FoldSource`: plans
+    micro-batches as :class:`KafkaStreamReader` does; each task folds its records
+    (:func:`~foldstream.projections.fold.fold_task`) and yields ``(partition, records applied,
+    last offset)`` per partition it advanced."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.fold_options = options
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, int, int]]:
+        # Imported here: the fold's modules (the store host, rocksdict, eventsourcing) are for
+        # the task workers, which Spark forks from a daemon that has them loaded already, not
+        # for the planning workers that load this module.
+        from foldstream.projections.fold import fold_task, records_of_messages, records_of_planned
+        from foldstream.projections.worker import arrow_without_pandas
+
+        assert isinstance(partition, KafkaRanges)
+        arrow_without_pandas()  # pyspark turns the rows yielded into Arrow
+        if partition.planned is not None:
+            applied = fold_task(self.fold_options, [partition.planned], records_of_planned)
+        else:
+            fetched = read_messages(
+                self.bootstrap,
+                self.topic,
+                partition.spans,
+                fetch_wait_max_ms=self.fetch_wait_max_ms,
+            )
+            applied = fold_task(self.fold_options, fetched, records_of_messages)
+        for kafka_partition, (count, offset) in sorted(applied.items()):
+            yield kafka_partition, count, offset
 
 
 def _mtime(path: Path) -> int:

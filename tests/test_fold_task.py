@@ -1,5 +1,6 @@
 """A projection task on real parts, without Spark: fetches of inventory events folded through a
-store host into RocksDB, changed values sent to a changelog topic on the broker."""
+store host into RocksDB, changed values sent to a changelog topic on the broker; and the
+source's reader doing the same for the records it fetches or was planned with."""
 
 from __future__ import annotations
 
@@ -9,14 +10,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.changelog import SOURCE_OFFSET_HEADER
 from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
-from foldstream.kafka import TopicSpec, ensure_topics
+from foldstream.kafka import TopicSpec, ensure_topics, producer_config
+from foldstream.offsets import TailRecord
 from foldstream.projections import fold
-from foldstream.projections.source import Records
+from foldstream.projections.fold import Records
+from foldstream.projections.source import (
+    FoldStreamReader,
+    KafkaRange,
+    KafkaRanges,
+    read_messages,
+)
 from foldstream.projections.task_steps import STEPS
 from foldstream.state.host import StoreHost
 from foldstream.testing.kafka import read_topic
@@ -57,10 +66,12 @@ def events(partition: int, offsets: range) -> Fetch:
     return {partition: list(zip(offsets, records, strict=True))}
 
 
-def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> str:
+def fold_options(broker: EmbeddedBroker, host: StoreHost) -> dict[str, str]:
+    """The options of a task folding into ``host``'s ``stock``, with a changelog topic of its
+    own."""
     changelog = f"fold-{uuid.uuid4().hex[:8]}.changelog"
     ensure_topics(broker.bootstrap, [TopicSpec(changelog, PARTITIONS, compact=True)])
-    options = {
+    return {
         "store": "stock",
         "service": "foldstream.examples.inventory:service",
         "store_host": host.address,
@@ -68,6 +79,10 @@ def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> s
         "changelog_topic": changelog,
         "bootstrap": broker.bootstrap,
     }
+
+
+def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> str:
+    options = fold_options(broker, host)
     assert fold.fold_task(options, iter(fetches), dict) == {
         p: (
             sum(len(f.get(p, [])) for f in fetches),
@@ -75,7 +90,7 @@ def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> s
         )
         for p in sorted({p for f in fetches for p in f})
     }
-    return changelog
+    return options["changelog_topic"]
 
 
 def on_hand(host: StoreHost, partition: int) -> int:
@@ -126,3 +141,33 @@ def test_a_task_reports_the_time_of_each_step_to_the_store_host(
     # Every step was timed: each took some time (the changelog's acknowledgements a broker
     # round trip, reading and committing a round trip to the host).
     assert all(seconds > 0 for seconds in steps.values()), steps
+
+
+def test_the_reader_folds_what_it_fetches_or_was_planned_with_and_yields_a_row_per_partition(
+    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path
+) -> None:
+    topic = f"fold-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker.bootstrap, [TopicSpec(topic, PARTITIONS)])
+    producer = Producer(producer_config(broker.bootstrap))
+    for partition, count in ((0, 6), (1, 3)):
+        for _, record in events(partition, range(count))[partition]:
+            producer.produce(
+                topic, key=record.key, value=record.value, headers=list(record.headers),
+                partition=partition,
+            )  # fmt: skip
+    assert producer.flush(30) == 0
+    reader = FoldStreamReader(
+        fold_options(broker, host)
+        | {"topic": topic, "partitions": "0,1,2", "owned": str(tmp_path / "owned.json")}
+    )
+    fetched = KafkaRanges((KafkaRange(0, 0, 4), KafkaRange(1, 0, 3)))
+    assert list(reader.read(fetched)) == [(0, 4, 3), (1, 3, 2)]
+    assert (on_hand(host, 0), on_hand(host, 1)) == (3, 2)
+    assert list(reader.read(fetched)) == []  # a replayed task applies nothing twice
+
+    # A micro-batch planned with its records (read by the driver's tail) fetches nothing.
+    (rest,) = read_messages(broker.bootstrap, topic, [KafkaRange(0, 4, 6)])
+    tail = tuple(TailRecord(m.offset(), m.key(), m.value(), m.headers()) for m in rest)
+    planned = KafkaRanges((KafkaRange(0, 4, 6),), planned=((0, tail),))
+    assert list(reader.read(planned)) == [(0, 2, 5)]
+    assert on_hand(host, 0) == 5

@@ -11,8 +11,13 @@ from eventsourcing.persistence import StoredEvent
 from foldstream.domain import EventCodec, EventRecord
 from foldstream.examples.inventory.domain import Product
 from foldstream.offsets import TailRecord
-from foldstream.projections.fold import changelog_position, partition_chunks
-from foldstream.projections.source import KafkaRange, Records, plan_tasks, records_of_planned
+from foldstream.projections.fold import (
+    Records,
+    changelog_position,
+    partition_chunks,
+    records_of_planned,
+)
+from foldstream.projections.source import KafkaRange, plan_tasks
 
 
 def test_small_batches_are_one_task_and_large_ones_are_balanced() -> None:
