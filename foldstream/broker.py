@@ -12,6 +12,7 @@ import random
 import shutil
 import socket
 import subprocess
+import threading
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -106,7 +107,10 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
 class EmbeddedBroker:
     """A Tansu broker on 127.0.0.1 with in-memory storage, owned by this process.
 
-    Use as a context manager; ``bootstrap`` is the address to give clients.
+    Use as a context manager; ``bootstrap`` is the address to give clients. Started from the
+    main thread, the broker is killed by the kernel when this process ends, even by ``kill -9``
+    (util-linux's ``setpriv --pdeathsig``; without ``setpriv``, or from another thread, only
+    :meth:`stop` stops it).
     """
 
     def __init__(self, *, port: int | None = None, log_path: Path | None = None) -> None:
@@ -143,17 +147,23 @@ class EmbeddedBroker:
         return self
 
     def _spawn(self, url: str, log: IO[bytes] | int) -> subprocess.Popen[bytes]:
+        command = [
+            str(tansu_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        setpriv = shutil.which("setpriv")
+        # The parent-death signal follows the thread that started the child: only the main
+        # thread lives as long as the process. The broker keeps nothing worth a clean stop.
+        if setpriv and threading.current_thread() is threading.main_thread():
+            command = [setpriv, "--pdeathsig", "KILL", "--", *command]
         return subprocess.Popen(
-            [
-                str(tansu_binary()),
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
+            command,
             stdout=log,
             stderr=log,  # type: ignore[arg-type]
             stdin=subprocess.DEVNULL,

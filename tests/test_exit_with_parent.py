@@ -1,10 +1,11 @@
 """An instance started by :class:`~foldstream.process.InstanceProcess` stops once the process
 that started it is gone, even by ``kill -9``: real processes, the instance's watch without the
-instance around it."""
+instance around it. So does an embedded broker."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -106,3 +107,32 @@ def test_an_instance_stuck_on_sigterm_is_killed_with_its_processes() -> None:
         lambda: f"child {child} running: {running(child)}, its worker {worker}: {running(worker)}",
         timeout=10,
     )
+
+
+# Stands for a test run or `foldstream demo` with its embedded broker; prints the broker's PID.
+BROKER_OWNER = textwrap.dedent(
+    """
+    import time
+    from foldstream.broker import EmbeddedBroker
+    broker = EmbeddedBroker().start()
+    print(broker.pid, flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_an_embedded_broker_stops_when_the_process_that_started_it_is_killed() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", BROKER_OWNER], stdout=subprocess.PIPE, text=True
+    ) as owner:
+        try:
+            assert owner.stdout is not None
+            broker = int(owner.stdout.readline())
+            assert running(broker)
+        finally:
+            owner.kill()
+    try:
+        wait_until(lambda: not running(broker), lambda: f"broker {broker} still runs", timeout=10)
+    finally:
+        if running(broker):  # the test failed: leave no broker behind
+            os.kill(broker, signal.SIGKILL)
