@@ -292,7 +292,7 @@ class FoldStreamReader(KafkaStreamReader):
         self.fold_options = options
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int, int, int]]:
-        # Imported here: the fold's modules (the store host, rocksdict, eventsourcing) are for
+        # Imported here: the fold's modules (the store host, rocksdict, the changelog) are for
         # the task workers, which Spark forks from a daemon that has them loaded already, not
         # for the planning workers that load this module.
         from foldstream.projections.fold import fold_task, records_of_messages, records_of_planned
