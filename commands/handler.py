@@ -272,7 +272,7 @@ class CommandHandler:
             self.bootstrap, self.topic, writers, fetch_wait_max_ms=self.fetch_wait_max_ms
         ):
             for message in batch:
-                record = EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
+                record = EventRecord.from_message(message)
                 if record.header(CONTROL_HEADER) is None:
                     self._apply(writers[message.partition()].aggregates, record)
                     replayed += 1

@@ -50,6 +50,13 @@ class EventRecord(NamedTuple):
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
 
+    @classmethod
+    def from_message(cls, message: Any) -> EventRecord:
+        """The record a consumer's message holds: anything with ``key()``, ``value()`` and
+        ``headers()`` (None when it has none), as confluent-kafka's messages."""
+        headers = message.headers()
+        return cls(message.key(), message.value(), tuple(headers) if headers else ())
+
     def header(self, name: str) -> bytes | None:
         for header_name, value in self.headers:
             if header_name == name:

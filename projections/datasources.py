@@ -30,7 +30,7 @@ class FoldSource(DataSource):
     ``single_task_records`` (up to which a micro-batch is one task).
 
     Each task folds the records it reads into the store
-    (:class:`~foldstream.projections.fold.FoldStreamReader`) and yields a row of
+    (:class:`~foldstream.projections.source.FoldStreamReader`) and yields a row of
     :data:`FOLD_SCHEMA` per partition it advanced, for a sink that needs no Python, such as
     ``writeStream.format("noop")``. Spark's ``numInputRows`` counts those rows; the records the
     tasks handled (folded, or skipped as applied already) are in the instance's

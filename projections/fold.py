@@ -94,12 +94,8 @@ def records_of_messages(messages: Sequence[Any]) -> dict[int, Records]:
     read."""
     found: dict[int, Records] = {}
     for message in messages:
-        headers = message.headers()
         found.setdefault(message.partition(), []).append(
-            (
-                message.offset(),
-                EventRecord(message.key(), message.value(), tuple(headers) if headers else ()),
-            )
+            (message.offset(), EventRecord.from_message(message))
         )
     return found
 

@@ -22,7 +22,6 @@ def fold_topic(
     stored: dict[bytes, bytes | None] = {}
     for batch in read_to_end(bootstrap, topic, partitions):
         for message in batch:
-            key = message.key()
-            record = EventRecord(key, message.value(), tuple(message.headers() or ()))
-            stored[key] = projection.apply(stored.get(key), record)
+            record = EventRecord.from_message(message)
+            stored[record.key] = projection.apply(stored.get(record.key), record)
     return {k.decode(): None if v is None else json.loads(v) for k, v in stored.items()}

@@ -55,8 +55,7 @@ def records_at(
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise BrokerUnavailable(f"reading {topic}: {error}")
                 if error is None and first <= message.offset() <= last:
-                    headers = tuple(message.headers() or ())
-                    found.append(EventRecord(message.key(), message.value(), headers))
+                    found.append(EventRecord.from_message(message))
         return found
     finally:
         consumer.close()

@@ -139,7 +139,7 @@ def copies_match_the_fold(cluster_state: ClusterState, store: str) -> None:
     for batch in read_to_end(members[0].bootstrap, topic, partitions):
         for message in batch:
             values = expected[message.partition()]
-            record = EventRecord(message.key(), message.value(), tuple(message.headers() or ()))
+            record = EventRecord.from_message(message)
             values[message.key()] = projection.apply(values.get(message.key()), record)
             ends[message.partition()] = message.offset()
     view = cluster_view(members[0])
