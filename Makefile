@@ -20,6 +20,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	./scripts/check-imports.sh
 
 format: venv
 	$(VENV)/bin/ruff format .

@@ -95,7 +95,7 @@ def foldstream_app() -> FastLookups:
 
     env = os.environ
     partitions = int(env["BENCH_QUERY_PARTITIONS"])
-    readers = StoreReaders(
+    readers = StoreReaders.at(
         Path(env["BENCH_QUERY_STATE_DIR"]),
         {
             env["BENCH_QUERY_STORE"]: StoreInfo(

@@ -67,6 +67,19 @@ class VersionConflict(FoldstreamError):
         self.current = current
 
 
+class ReplayCancelled(FoldstreamError):
+    """A partition was given up while it was being replayed; nothing was taken over.
+
+    Remedy: none, the partition moved on.
+    """
+
+
+def _check_wanted(partitions: Iterable[int], still_wanted: Callable[[int], bool] | None) -> None:
+    dropped = [p for p in partitions if still_wanted is not None and not still_wanted(p)]
+    if dropped:
+        raise ReplayCancelled(f"partitions {dropped} were given up during their replay")
+
+
 @dataclass(frozen=True)
 class CommandResult:
     """The events a command appended and where the last one landed."""
@@ -198,13 +211,17 @@ class CommandHandler:
             self._writer(self.partition_of(aggregate_id)).aggregates.get(aggregate_id)
         )
 
-    def assign(self, partitions: Iterable[int]) -> int:
+    def assign(
+        self, partitions: Iterable[int], *, still_wanted: Callable[[int], bool] | None = None
+    ) -> int:
         """Become the writer of ``partitions``; return the number of events replayed.
 
         Blocking: call it from a worker thread. For each partition not owned yet, a transactional
         producer with id ``<prefix>.<partition>`` fences every previous writer, then the
         partition is replayed from offset 0 to its end and starts accepting commands. Nothing is
-        taken over when any step fails (the error is raised).
+        taken over when any step fails (the error is raised), or when ``still_wanted`` says a
+        partition is no longer wanted (checked during the replay and before taking it:
+        :class:`ReplayCancelled`).
         """
         wanted = sorted(set(partitions))
         outside = [p for p in wanted if not 0 <= p < self.partitions]
@@ -222,7 +239,8 @@ class CommandHandler:
                 if writers:
                     with ThreadPoolExecutor(max_workers=min(8, len(writers))) as pool:
                         list(pool.map(PartitionWriter.open, writers.values()))
-                replayed = self._replay(writers)
+                replayed = self._replay(writers, still_wanted)
+                _check_wanted(writers, still_wanted)
             except BaseException:
                 for writer in writers.values():
                     writer.close()
@@ -264,13 +282,18 @@ class CommandHandler:
             timeout=self.transaction_timeout,
         )
 
-    def _replay(self, writers: Mapping[int, PartitionWriter]) -> int:
+    def _replay(
+        self,
+        writers: Mapping[int, PartitionWriter],
+        still_wanted: Callable[[int], bool] | None = None,
+    ) -> int:
         if not writers:
             return 0
         replayed = 0
         for batch in read_to_end(
             self.bootstrap, self.topic, writers, fetch_wait_max_ms=self.fetch_wait_max_ms
         ):
+            _check_wanted(writers, still_wanted)
             for message in batch:
                 record = EventRecord.from_message(message)
                 if record.header(CONTROL_HEADER) is None:

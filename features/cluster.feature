@@ -44,6 +44,12 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     Then exactly one succeeded and the others got 409
     And the store "stock" returns {"on_hand": 3} for "contended-1"
 
+  Scenario: Malformed and forged records on the cluster topic are ignored, never fatal
+    When someone writes malformed and forged records to the cluster topic
+    Then every instance counts them as invalid records of the cluster topic
+    And a "receive_shipment" with {"quantity": 2} to a new product on every partition shows {"on_hand": 2} in store "stock" on every instance
+    And no instance redirects to a URL that is not a member's
+
   @restart
   Scenario: An instance that lost its state directory restores it from the changelog
     Given products "restore-1" to "restore-30" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn

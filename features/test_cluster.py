@@ -7,6 +7,87 @@ restart an instance come last.
 
 from __future__ import annotations
 
-from pytest_bdd import scenarios
+import json
+import re
+import urllib.request
+
+from confluent_kafka import Producer
+from pytest_bdd import scenarios, then, when
+
+from foldstream.cluster.map import ASSIGNMENT_KEY
+from foldstream.kafka import producer_config
+from foldstream.process import http
+from foldstream.testing.cluster_steps import ClusterState, Store, cluster_view
+from foldstream.testing.steps import service_of, wait_until
 
 scenarios("cluster.feature")
+
+#: Records no instance may act on: (key, value). Each is invalid, so each is counted.
+FORGED: list[tuple[bytes, bytes]] = [
+    (ASSIGNMENT_KEY, json.dumps({"generation": 1e308, "leader": "a", "members": ["a"]}).encode()),
+    (ASSIGNMENT_KEY, b"[" * 100_000),
+    (b"\xff\xfe-not-utf-8", json.dumps({"id": "x", "url": "http://127.0.0.1:9"}).encode()),
+    (
+        b"storefront-crlf",
+        json.dumps({"id": "storefront-crlf", "url": "http://evil\r\nSet-Cookie: a=b"}).encode(),
+    ),
+    (
+        b"storefront-epoch",
+        json.dumps(
+            {"id": "storefront-epoch", "url": "http://127.0.0.1:9", "epoch": 2**52}
+        ).encode(),
+    ),
+    (
+        b"storefront-types",
+        json.dumps(
+            {"id": "storefront-types", "url": "http://127.0.0.1:9", "active": {"t": "all"}}
+        ).encode(),
+    ),
+    (b"storefront-huge", b'{"id": "storefront-huge", "pad": "' + b"x" * (2 << 20) + b'"}'),
+]
+
+
+@when("someone writes malformed and forged records to the cluster topic")
+def forge_cluster_records(cluster_state: ClusterState) -> None:
+    member = cluster_state.live()[0]
+    cluster_state.before = {m.url: _invalid_records(m.url) for m in cluster_state.live()}
+    producer = Producer(producer_config(member.bootstrap, **{"message.max.bytes": 8 << 20}))
+    topic = service_of(member)[1].cluster_topic
+    for key, value in FORGED:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def _invalid_records(url: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.search(r"^foldstream_cluster_invalid_records_total (\S+)$", text, re.MULTILINE)
+    assert found, "no foldstream_cluster_invalid_records_total in /metrics"
+    return float(found.group(1))
+
+
+@then("every instance counts them as invalid records of the cluster topic")
+def counted_invalid(cluster_state: ClusterState) -> None:
+    for member in cluster_state.live():
+        before = cluster_state.before[member.url]
+        wait_until(
+            lambda member=member, before=before: (
+                _invalid_records(member.url) >= before + len(FORGED)
+            ),
+            lambda member=member: f"{member.url} counted {_invalid_records(member.url)} invalid",
+        )
+
+
+@then("no instance redirects to a URL that is not a member's")
+def redirects_to_members(cluster_state: ClusterState) -> None:
+    members = cluster_state.live()
+    urls = {m.url for m in members}
+    view = cluster_view(members[0])
+    assert {m["url"] for m in view["instances"]} == urls, view["instances"]
+    store = Store.of(members[0], "stock")
+    for n in range(40):
+        key = f"forge-probe-{n}"
+        for member in members:
+            status, body = http("GET", member.url + store.path(key), follow_redirects=False)
+            if status == 307:
+                assert any(body["location"].startswith(url + "/") for url in urls), body

@@ -15,15 +15,17 @@ records of a previous owner that goes on writing after losing the partition (a l
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from foldstream.errors import BrokerUnavailable
+from foldstream.backoff import Backoff
 from foldstream.kafka import consume_available, consumer_config, read_partitions_to_end
 from foldstream.state import RocksDBWriter, partition_path
 
@@ -77,6 +79,7 @@ class ChangelogFollower:
         self._unfinished = writer.unfinished_batch()
         self._read: int | None = None  # the last changelog offset read
         self.fenced = 0  # records ignored as a previous owner's
+        self.malformed = 0  # records ignored because their headers are not a projection's
 
     def feed(self, messages: Iterable[Any]) -> int:
         """Apply every closed batch in ``messages``; returns records applied."""
@@ -87,7 +90,10 @@ class ChangelogFollower:
                 continue
             self._read = message.offset()
             headers = dict(message.headers() or ())
-            epoch = int(headers.get(EPOCH_HEADER, 0))
+            epoch = _valid_headers(headers)
+            if epoch is None:
+                self.malformed += 1  # not written by a projection: nothing to apply
+                continue
             if epoch < self._epoch:
                 self.fenced += 1
                 continue
@@ -152,6 +158,20 @@ class ChangelogFollower:
         return applied
 
 
+_DECIMAL = re.compile(rb"-?[0-9]{1,19}")
+
+
+def _valid_headers(headers: Mapping[str, bytes | None]) -> int | None:
+    """The epoch of a changelog record whose foldstream headers are well formed (decimal
+    numbers where numbers go), else None: anything can be written to a topic."""
+    numbers = [
+        headers.get(name) for name in (EPOCH_HEADER, SOURCE_OFFSET_HEADER, FOLDED_FROM_HEADER)
+    ]
+    if any(n is not None and not _DECIMAL.fullmatch(n) for n in numbers):
+        return None
+    return int(numbers[0] or 0)
+
+
 def _batch_id(epoch: int, batch: bytes | None) -> bytes:
     return b"%d:%s" % (epoch, batch or b"")
 
@@ -201,6 +221,7 @@ class _Replica:
     position: int  # next changelog offset to read
     end: int | None = None  # changelog end as of the last fetch
     copied: int = 0  # records applied before the copy first caught up; -1 once it has
+    backoff: Backoff = field(default_factory=Backoff)  # after a failure to apply its records
 
     @property
     def writer(self) -> RocksDBWriter:
@@ -230,6 +251,7 @@ class StandbyReplicas:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._on_error = on_error
+        self._waiting = False  # a copy waits to retry after a failure
         self._consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
         self._thread = threading.Thread(target=self._run, name="standby-replicas", daemon=True)
         self._thread.start()
@@ -247,12 +269,19 @@ class StandbyReplicas:
                 self._replicas[key] = _Replica(
                     ChangelogFollower(writer), 0 if done is None else done + 1
                 )
-            self._consumer.assign(
-                [
-                    TopicPartition(self.layouts[s].changelog_topic, p, r.position)
-                    for (s, p), r in sorted(self._replicas.items())
-                ]
-            )
+            self._reassign()
+
+    def _reassign(self) -> None:
+        """Fetch each copy's changelog from its position, except copies waiting to retry."""
+        now = time.monotonic()
+        self._consumer.assign(
+            [
+                TopicPartition(self.layouts[s].changelog_topic, p, r.position)
+                for (s, p), r in sorted(self._replicas.items())
+                if r.backoff.due(now)
+            ]
+        )
+        self._waiting = any(not r.backoff.due(now) for r in self._replicas.values())
 
     def release(self, keys: Iterable[tuple[str, int]]) -> None:
         """Stop keeping ``keys`` and close their copies, so another writer may open them."""
@@ -283,20 +312,20 @@ class StandbyReplicas:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            messages: list[Any] = []
             try:
                 with self._lock:
-                    if not self._replicas:
-                        messages = []
-                    else:
+                    if self._waiting:
+                        self._reassign()  # copies whose retry is due fetch again
+                    if self._replicas:
                         messages = consume_available(self._consumer, 5_000, 0)
                         self._apply(messages)
-                if not messages:
-                    self._stopping.wait(0.01)
-            except Exception as exc:  # noqa: BLE001 - reported; the thread keeps the copies
-                log.exception("standby replication failed")
-                if self._on_error is not None:
-                    self._on_error(exc)
+            except Exception:  # noqa: BLE001 - the fetch itself failed: try again
+                log.exception("standby replication could not fetch; retrying")
                 self._stopping.wait(1.0)
+                continue
+            if not messages:
+                self._stopping.wait(0.01)
 
     def _apply(self, messages: list[Any]) -> None:
         by_key: dict[tuple[str, int], list[Any]] = {}
@@ -311,28 +340,18 @@ class StandbyReplicas:
                 by_key.setdefault(key, []).append(message)
             elif error.code() == KafkaError._PARTITION_EOF:
                 at_end.append((key, message.offset()))
-            else:
-                raise BrokerUnavailable(f"standby {message.topic()}: {error}")
+            else:  # the client retries by itself; the event carries no record
+                log.warning("standby copy %s/%d: %s", *key, error)
+        failed = False
         for key, batch in by_key.items():
             replica = self._replicas[key]
-            fenced = replica.follower.fenced
-            applied = replica.follower.feed(batch)
-            if replica.follower.fenced > fenced:
-                log.warning(
-                    "standby copy %s/%d ignored %d changelog records of an older epoch (a "
-                    "previous owner writing late); it follows the newest owner",
-                    *key,
-                    replica.follower.fenced - fenced,
-                )
-            if replica.copied >= 0:
-                replica.copied += applied
-            replica.position = batch[-1].offset() + 1
-            high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.layouts[key[0]].changelog_topic, key[1]), cached=True
-            )
-            # The high watermark that comes with fetched data is exact (unlike ListOffsets).
-            if high and high[1] >= 0:
-                replica.end = max(high[1], replica.position)
+            try:
+                self._feed(key, replica, batch)
+            except Exception as exc:  # noqa: BLE001 - retried from the copy's own position
+                failed = True
+                self._failed(key, replica, exc)
+        if failed:
+            self._reassign()
         # End-of-partition events are handled after the records fetched with them, which may
         # precede them in the same poll: "caught up" counts every record copied before it.
         for key, end in at_end:
@@ -345,6 +364,54 @@ class StandbyReplicas:
                     replica.copied,
                 )
                 replica.copied = -1
+
+    def _feed(self, key: tuple[str, int], replica: _Replica, batch: list[Any]) -> None:
+        follower = replica.follower
+        fenced, malformed = follower.fenced, follower.malformed
+        applied = follower.feed(batch)
+        if follower.fenced > fenced:
+            log.warning(
+                "standby copy %s/%d ignored %d changelog records of an older epoch (a "
+                "previous owner writing late); it follows the newest owner",
+                *key,
+                follower.fenced - fenced,
+            )
+        if follower.malformed > malformed:
+            log.warning(
+                "standby copy %s/%d ignored %d records whose headers are not a projection's",
+                *key,
+                follower.malformed - malformed,
+            )
+        if replica.copied >= 0:
+            replica.copied += applied
+        replica.position = batch[-1].offset() + 1
+        replica.backoff.reset()
+        high = self._consumer.get_watermark_offsets(
+            TopicPartition(self.layouts[key[0]].changelog_topic, key[1]), cached=True
+        )
+        # The high watermark that comes with fetched data is exact (unlike ListOffsets).
+        if high and high[1] >= 0:
+            replica.end = max(high[1], replica.position)
+
+    def _failed(self, key: tuple[str, int], replica: _Replica, error: Exception) -> None:
+        """Applying ``replica``'s records failed: it forgets what it collected and reads again
+        from the position its state records, after a backoff; no record is skipped."""
+        writer = replica.writer
+        replica.follower = ChangelogFollower(writer)
+        done = writer.changelog_offset()
+        replica.position = 0 if done is None else done + 1
+        delay = replica.backoff.failed(time.monotonic())
+        log.error(
+            "standby copy %s/%d could not apply changelog records (%s: %s); reading again from "
+            "offset %d in %.1fs",
+            *key,
+            type(error).__name__,
+            error,
+            replica.position,
+            delay,
+        )
+        if self._on_error is not None:
+            self._on_error(error)
 
     def close(self) -> None:
         self._stopping.set()

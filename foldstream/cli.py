@@ -54,6 +54,10 @@ def serve(
     server: Annotated[
         HttpServer, typer.Option(help="HTTP server; granian: faster lookups, own worker process")
     ] = HttpServer.uvicorn,
+    ready_max_lag: Annotated[
+        int | None,
+        typer.Option(help="GET /ready is 200 only within this many records of the source (1000)"),
+    ] = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
     from foldstream.process import exit_with_parent
@@ -75,6 +79,7 @@ def serve(
         advertised_url=advertised_url,
         standby_replicas=standbys,
         session_timeout_ms=session_timeout_ms,
+        ready_max_lag=ready_max_lag,
     )
     serve_instance(service, settings, server)
 

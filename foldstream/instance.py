@@ -12,6 +12,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -24,6 +25,7 @@ from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
+from foldstream.commands.ownership import CommandPartitions
 from foldstream.direct_routes import DirectRoutes
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
@@ -36,6 +38,7 @@ from foldstream.query_api.stores import StoreInfo
 from foldstream.service import Service
 from foldstream.settings import Settings
 from foldstream.state.host import StoreHost
+from foldstream.state.local import LocalStores
 
 log = logging.getLogger(__name__)
 HOT_PATHS = ("/commands/{aggregate}/{aggregate_id}/{command}", "/stores/{store}/keys")
@@ -52,7 +55,8 @@ class Instance:
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
         self.metrics = InstanceMetrics(
-            command_counts=lambda: self.handler.counts() if self.handler else None
+            command_counts=lambda: self.handler.counts() if self.handler else None,
+            cluster=lambda: self.node.figures() if self.node else None,
         )
         app = Starlette(
             routes=[
@@ -84,11 +88,6 @@ class Instance:
     async def _metrics(self, request: Request) -> Response:
         """``GET /metrics``: the instance's metrics in Prometheus' text format."""
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
-
-    def _released(self, partition: int, error: Exception) -> None:
-        # The command handler gave a partition up: the cluster node decides what happens next.
-        if self.node is not None:
-            self.node.released(partition, error)
 
     def provision(self) -> dict[str, int]:
         """Create the service's topics; return ``{topic: partitions}`` of every source topic."""
@@ -148,7 +147,7 @@ class Instance:
             for p in self.service.projections
         }
         async with contextlib.AsyncExitStack() as stack:
-            handler = None
+            handler = commands = None
             if self.service.aggregates:
                 handler = CommandHandler(
                     aggregates=self.service.aggregates,
@@ -158,10 +157,12 @@ class Instance:
                     linger_ms=settings.linger_ms,
                     fetch_wait_max_ms=settings.fetch_wait_max_ms,
                     transactional_id_prefix=events,
-                    on_released=self._released,
                 )
                 handler.start()
                 stack.callback(handler.close)
+                commands = CommandPartitions(handler)
+                commands.start()
+                stack.callback(commands.close)
             self.handler = handler
             spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
             stack.callback(spark.stop)
@@ -206,27 +207,25 @@ class Instance:
                 fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
             )
             stack.callback(replicas.close)
-            readers = StoreReaders(
-                settings.state_dir,
-                {
-                    p.store: StoreInfo(
-                        p.source_topic(events), layout[p.source_topic(events)], p.partitioner
-                    )
-                    for p in self.service.projections
-                },
-                host=host,
-                standby_read=replicas.get,
-            )
-            stack.callback(readers.close)
+            local = LocalStores(settings.state_dir, host=host, standby_read=replicas.get)
+            stack.callback(local.close)
+            store_info = {
+                p.store: StoreInfo(
+                    p.source_topic(events), layout[p.source_topic(events)], p.partitioner
+                )
+                for p in self.service.projections
+            }
+            readers = StoreReaders(store_info, local)
             node = ClusterNode(
                 settings=settings,
                 member_id=self.member_id(),
                 stores=stores,
                 topics=layout,
-                readers=readers,
+                store_info={store: asdict(info) for store, info in store_info.items()},
+                local=local,
                 replicas=replicas,
                 projections=runner,
-                commands=handler,
+                commands=commands,
                 ends=ends,
             )
             await asyncio.to_thread(node.start)

@@ -15,7 +15,11 @@ application imports can add to or clash with what an instance serves. What it ho
   handled, as they report them (Spark's ``numInputRows`` counts the partitions they advanced);
 - ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
   transactions of the command side and the commands they carried (group commit: their ratio
-  is the commands per transaction).
+  is the commands per transaction);
+- ``foldstream_partition_role{topic,partition,role}`` and
+  ``foldstream_partition_lag{store,partition}``: what this instance serves (``active``),
+  restores or keeps a ``standby`` copy of, and how far behind each local copy is;
+- ``foldstream_cluster_invalid_records_total``: records of the cluster topic ignored as invalid.
 
 The micro-batch figures come from Spark's progress reports through a
 :class:`~pyspark.sql.streaming.StreamingQueryListener`, so every micro-batch is counted once,
@@ -30,8 +34,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from foldstream.cluster.node import ClusterFigures
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,11 +71,51 @@ class _CommandCounts(Collector):
         )
 
 
+class _ClusterFigures(Collector):
+    """Reads the cluster member's figures when scraped."""
+
+    def __init__(self, figures: Callable[[], ClusterFigures | None]) -> None:
+        self._figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self._figures()
+        invalid = CounterMetricFamily(
+            "foldstream_cluster_invalid_records",
+            "Records of the cluster topic ignored because they were invalid",
+            value=0 if figures is None else figures["invalid_records"],
+        )
+        roles = GaugeMetricFamily(
+            "foldstream_partition_role",
+            "1 for each partition this instance serves (active), restores or keeps a standby "
+            "copy of",
+            labels=["topic", "partition", "role"],
+        )
+        lag = GaugeMetricFamily(
+            "foldstream_partition_lag",
+            "Records a local copy lacks: source records for an active copy, changelog records "
+            "for a standby",
+            labels=["store", "partition"],
+        )
+        if figures is not None:
+            for (topic, partition), role in sorted(figures["roles"].items()):
+                roles.add_metric([topic, str(partition), role], 1)
+            for copy, behind in sorted(figures["lag"].items()):
+                store, _, number = copy.rpartition("/")
+                lag.add_metric([store, number], behind)
+        yield from (invalid, roles, lag)
+
+
 class InstanceMetrics:
     """The metrics of one instance. ``command_counts()`` returns the command side's
-    ``{"transactions": n, "commands": n}`` (None while it is not running)."""
+    ``{"transactions": n, "commands": n}`` and ``cluster()`` the cluster member's figures
+    (None while they are not running)."""
 
-    def __init__(self, *, command_counts: Callable[[], Mapping[str, int] | None]) -> None:
+    def __init__(
+        self,
+        *,
+        command_counts: Callable[[], Mapping[str, int] | None],
+        cluster: Callable[[], ClusterFigures | None] = lambda: None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.batch_seconds = Histogram(
             "foldstream_projection_batch_seconds",
@@ -100,6 +146,7 @@ class InstanceMetrics:
             registry=self.registry,
         )
         self.registry.register(_CommandCounts(command_counts))
+        self.registry.register(_ClusterFigures(cluster))
 
     def observe_progress(self, store: str, progress: Mapping[str, Any]) -> None:
         """Record one of Spark's progress reports (``StreamingQueryProgress`` as a dict)."""

@@ -10,6 +10,15 @@ from pathlib import Path
 from foldstream.errors import ConfigurationError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+#: A member's URL as others redirect clients to it: http(s), no user info, whitespace or
+#: control characters (it is written into ``Location`` headers).
+_URL = re.compile(r"^https?://[^\s\x00-\x1f\x7f/?#@]+(/[^\s\x00-\x1f\x7f?#]*)?$")
+MAX_URL_LENGTH = 2048
+
+
+def valid_url(url: str) -> bool:
+    """Whether ``url`` may be a member's URL (see :data:`_URL`)."""
+    return len(url) <= MAX_URL_LENGTH and _URL.fullmatch(url) is not None
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,9 @@ class Settings:
     standby_replicas: int = 1
     # How long a silent instance stays a member and keeps its partitions: bounds failover time.
     session_timeout_ms: int = 3000
+    # /ready answers 200 only while every copy served is at most this many records behind its
+    # source: not 0, which flaps under steady writes.
+    ready_max_lag: int = 1000
     # Where the instance serves its open store partitions to the projection's Spark tasks:
     # loopback for a local master; an address the executors reach for a remote one.
     store_host: str = "127.0.0.1"
@@ -58,8 +70,15 @@ class Settings:
             raise ConfigurationError(
                 f"session_timeout_ms must be >= 1000, got {self.session_timeout_ms}"
             )
+        if self.ready_max_lag < 0:
+            raise ConfigurationError(f"ready_max_lag must be >= 0, got {self.ready_max_lag}")
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
+        if not valid_url(self.url):
+            raise ConfigurationError(
+                f"advertised URL {self.url!r} must be http:// or https:// with a host, and no "
+                "user info, whitespace or control characters"
+            )
         object.__setattr__(self, "state_dir", Path(self.state_dir))
 
     @property
@@ -98,6 +117,7 @@ class Settings:
             ("standby_replicas", int),
             ("session_timeout_ms", int),
             ("store_host", str),
+            ("ready_max_lag", int),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

@@ -1,18 +1,18 @@
-"""Read access to the partitions of every store, routed by key like the producer routes."""
+"""What the query API reads: every store's partitions, routed by key like the producer routes.
+
+The query API never holds, releases or writes a partition: it reads through :class:`StoreReaders`,
+a read-only view of this instance's :class:`~foldstream.state.local.LocalStores`.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from foldstream.errors import StoreNotFound
 from foldstream.kafka import Partitioner, partition_for
-from foldstream.state import PartitionReader, RocksDBReader, partition_path
-from foldstream.state.host import PartitionClosed, StoreHost
+from foldstream.state.local import LocalStores
 
 
 @dataclass(frozen=True)
@@ -24,30 +24,22 @@ class StoreInfo:
     partitioner: Partitioner
 
 
-T = TypeVar("T")
-StandbyRead = Callable[[str, int, bytes], "bytes | None"]
-
-
 class StoreReaders:
-    """Readers of ``stores`` under ``state_dir``: the partitions ``host`` holds open (those
-    this instance writes), read-only snapshots of any other (opened on first use, closed by
-    :meth:`release`), and ``standby_read`` for copies kept from changelogs."""
+    """Read access to the partitions of ``stores`` that ``local`` has (active or standby)."""
 
-    def __init__(
-        self,
-        state_dir: Path,
-        stores: Mapping[str, StoreInfo],
-        *,
-        host: StoreHost | None = None,
-        standby_read: StandbyRead | None = None,
-    ) -> None:
-        self.state_dir = Path(state_dir)
+    def __init__(self, stores: Mapping[str, StoreInfo], local: LocalStores) -> None:
         self.layout = dict(stores)
-        self._host = host
-        self._standby_read = standby_read
-        self._readers: dict[tuple[str, int], RocksDBReader] = {}
-        self._retired: list[tuple[float, RocksDBReader]] = []
-        self._lock = threading.Lock()
+        self._local = local
+
+    @classmethod
+    def at(cls, state_dir: Path, stores: Mapping[str, StoreInfo]) -> StoreReaders:
+        """Readers of the store partitions under ``state_dir`` as written by other processes
+        (read-only snapshots, for tools and tests); :meth:`close` closes them."""
+        return cls(stores, LocalStores(state_dir))
+
+    def close(self) -> None:
+        """Close the snapshots this view opened (an instance closes its stores itself)."""
+        self._local.close()
 
     def info(self, store: str) -> StoreInfo:
         try:
@@ -61,87 +53,12 @@ class StoreReaders:
         info = self.info(store)
         return partition_for(key, info.partitions, info.partitioner)
 
-    def _active(self, store: str, partition: int, read: Callable[[PartitionReader], T]) -> T:
-        """``read`` applied to the partition ``host`` holds, else to a snapshot of it."""
-        held = self._host.partition(store, partition) if self._host is not None else None
-        if held is not None:
-            try:
-                return read(held)
-            except PartitionClosed:
-                pass  # closed under this read: the snapshot has its last state
-        return read(self._snapshot(store, partition))
-
-    def _snapshot(self, store: str, partition: int) -> RocksDBReader:
-        reader = self._readers.get((store, partition))
-        if reader is None:
-            with self._lock:
-                reader = self._readers.get((store, partition))
-                if reader is None:
-                    reader = RocksDBReader(partition_path(self.state_dir, store, partition))
-                    self._readers[(store, partition)] = reader
-        return reader
-
     def get(self, store: str, partition: int, key: bytes, *, standby: bool = False) -> bytes | None:
         """``key`` from this instance's active (or, with ``standby``, standby) copy."""
-        if standby:
-            if self._standby_read is None:
-                raise KeyError(f"no standby copies of {store}")
-            return self._standby_read(store, partition, key)
-        return self._active(store, partition, lambda reader: reader.get(key))
+        return self._local.get(store, partition, key, standby=standby)
 
     def get_many(
         self, store: str, partition: int, keys: list[bytes], *, standby: bool = False
     ) -> list[bytes | None]:
         """Values of ``keys`` (all of ``partition``) from one copy, in one multi-get."""
-        if standby:
-            return [self.get(store, partition, key, standby=True) for key in keys]
-        return self._active(store, partition, lambda reader: reader.get_many(keys))
-
-    def next_offset(self, store: str, partition: int) -> int:
-        """The first source offset not yet in the active copy, freshly read."""
-        return self._active(store, partition, _fresh_next_offset)
-
-    def hold(self, store: str, partition: int, *, identity: str, epoch: int) -> int:
-        """Have ``host`` hold the partition open: this instance writes and serves it now.
-        Returns the epoch its changelog records carry (see :meth:`StoreHost.open`)."""
-        if self._host is None:
-            return epoch
-        return self._host.open(store, partition, identity=identity, epoch=epoch)
-
-    def holds(self, store: str, partition: int) -> bool:
-        return self._host is not None and self._host.partition(store, partition) is not None
-
-    def held(self) -> frozenset[tuple[str, int]]:
-        return self._host.held() if self._host is not None else frozenset()
-
-    def release(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Stop holding and reading ``(store, partition)`` pairs this instance no longer writes.
-        Their snapshots are closed a few seconds later: a lookup may still be reading one."""
-        partitions = list(partitions)
-        if self._host is not None:
-            self._host.close(partitions)
-        now = time.monotonic()
-        with self._lock:
-            for key in partitions:
-                reader = self._readers.pop(key, None)
-                if reader is not None:
-                    self._retired.append((now, reader))
-            keep = []
-            for retired_at, reader in self._retired:
-                if now - retired_at > 5.0:
-                    reader.close()
-                else:
-                    keep.append((retired_at, reader))
-            self._retired = keep
-
-    def close(self) -> None:
-        with self._lock:
-            for reader in [*self._readers.values(), *(r for _, r in self._retired)]:
-                reader.close()
-            self._readers.clear()
-            self._retired.clear()
-
-
-def _fresh_next_offset(reader: PartitionReader) -> int:
-    reader.refresh()
-    return reader.next_offset()
+        return self._local.get_many(store, partition, keys, standby=standby)

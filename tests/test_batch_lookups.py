@@ -30,7 +30,7 @@ def write_store(state_dir: Path, stored: dict[str, bytes]) -> StoreReaders:
         writer.put(key.encode(), value)
         writer.commit(0)
         writer.close()
-    return StoreReaders(state_dir, {"kv": StoreInfo("t", 2, "murmur2")})
+    return StoreReaders.at(state_dir, {"kv": StoreInfo("t", 2, "murmur2")})
 
 
 def call(

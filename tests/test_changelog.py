@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from foldstream.broker import EmbeddedBroker
@@ -13,11 +16,13 @@ from foldstream.changelog import (
     EPOCH_HEADER,
     FOLDED_FROM_HEADER,
     SOURCE_OFFSET_HEADER,
+    StandbyReplicas,
     StoreLayout,
     open_copy,
     restore,
 )
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
+from foldstream.state import RocksDBWriter
 
 Record = tuple[int, int, bytes, bytes, str] | tuple[int, int, bytes, bytes, str, int]
 """(writer epoch, source offset, key, value, marks: "<" opens its batch, ">" closes it[, the
@@ -199,3 +204,62 @@ def test_a_copy_resuming_between_batches_applies_one_whose_first_record_is_gone(
     _send(broker.bootstrap, layout.changelog_topic, [(1, 20, b"b", b"b@20", ">", 10)])
     assert _restore(broker.bootstrap, tmp_path, layout) == 1
     assert _copy(tmp_path, layout) == ({b"a": b"a@10", b"b": b"b@20", b"c": None}, 20)
+
+
+def test_records_with_malformed_headers_are_ignored_not_fatal(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    layout = _layout(broker, "malformed")
+    producer = Producer(producer_config(broker.bootstrap))
+    for headers in (
+        [(EPOCH_HEADER, b"1e308"), (SOURCE_OFFSET_HEADER, b"5")],
+        [(EPOCH_HEADER, b"2"), (SOURCE_OFFSET_HEADER, b"\xff")],
+        [(EPOCH_HEADER, b"2"), (SOURCE_OFFSET_HEADER, b"5"), (FOLDED_FROM_HEADER, b"x" * 5000)],
+    ):
+        producer.produce(layout.changelog_topic, key=b"a", value=b"forged", headers=headers)
+    assert producer.flush(30) == 0
+    _send(broker.bootstrap, layout.changelog_topic, [(1, 7, b"b", b"b@7", "<>")])
+    _restore(broker.bootstrap, tmp_path, layout)
+    assert _copy(tmp_path, layout) == ({b"a": None, b"b": b"b@7", b"c": None}, 7)
+
+
+def test_a_standby_copy_that_fails_to_apply_retries_from_its_position_and_skips_nothing(
+    broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write to the copy fails once (injected into the real RocksDB writer): the copy reads
+    its records again from the position its state records, and ends with every batch."""
+    layout = _layout(broker, "retry")
+    _send(
+        broker.bootstrap,
+        layout.changelog_topic,
+        [(1, 10, b"a", b"a@10", "<>"), (1, 20, b"b", b"b@20", "<>"), (1, 30, b"c", b"c@30", "<>")],
+    )
+    failures = []
+    commit = RocksDBWriter.commit
+
+    def commit_failing_once(self: RocksDBWriter, offset: int, **kwargs: Any) -> None:
+        if offset == 20 and not failures:
+            failures.append(offset)
+            raise OSError("injected: the disk is full")
+        commit(self, offset, **kwargs)
+
+    monkeypatch.setattr(RocksDBWriter, "commit", commit_failing_once)
+    errors: list[BaseException] = []
+    replicas = StandbyReplicas(
+        bootstrap=broker.bootstrap,
+        state_dir=tmp_path,
+        layouts={"s": layout},
+        on_error=errors.append,
+    )
+    try:
+        replicas.assign([("s", 0)])
+        deadline = time.monotonic() + 60
+        while (
+            replicas.lag("s", 0) != 0 or replicas.get("s", 0, b"c") != b"c@30"
+        ) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert failures == [20] and len(errors) == 1
+        assert [replicas.get("s", 0, k) for k in (b"a", b"b", b"c")] == [b"a@10", b"b@20", b"c@30"]
+        assert replicas.lag("s", 0) == 0
+    finally:
+        replicas.close()

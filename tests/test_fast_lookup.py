@@ -70,7 +70,7 @@ class OwnsPartitionZero:
 
 
 def test_fast_path_redirects_like_the_route(tmp_path: Path) -> None:
-    readers = StoreReaders(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
+    readers = StoreReaders.at(tmp_path, {"kv": StoreInfo("t", 2, "murmur2")})
     locator = OwnsPartitionZero()
     routes = Starlette(
         routes=query_routes(lambda: readers, lambda: locator, lambda: (True, {}), dict)

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from foldstream.errors import StateCorrupted
-from foldstream.query_api import StoreReaders
-from foldstream.query_api.stores import StoreInfo
 from foldstream.state import RocksDBReader, partition_path
 from foldstream.state.host import PartitionClosed, RemotePartition, StoreHost, call_host
+from foldstream.state.local import LocalStores
 
 
 @pytest.fixture
@@ -108,9 +107,7 @@ def test_a_partition_of_another_topic_is_not_opened(host: StoreHost) -> None:
 
 
 def test_lookups_see_a_commit_at_once_and_a_closed_partition_from_disk(host: StoreHost) -> None:
-    readers = StoreReaders(
-        host.state_dir, {"kv": StoreInfo("t", 2, "murmur2")}, host=host, standby_read=None
-    )
+    readers = LocalStores(host.state_dir, host=host)
     try:
         task = remote(host, [b"a"])
         task.put(b"a", b"1")

@@ -76,12 +76,21 @@ class Assignment:
     def same_plan(self, planned: Plan) -> bool:
         return (self.active, self.standby, self.warmups) == planned
 
+    @property
+    def identity(self) -> tuple[int, str]:
+        """``(generation, leader)``: two leaders' plans of one generation are different plans."""
+        return self.generation, self.leader
+
     def to_json(self) -> bytes:
+        """The record's value (read with :func:`~foldstream.cluster.records.parse_assignment`)."""
         return json.dumps(asdict(self), sort_keys=True).encode()
 
-    @classmethod
-    def from_json(cls, raw: bytes) -> Assignment:
-        return cls(**json.loads(raw))
+
+def applied_at_least(applied: tuple[int, str], target: tuple[int, str]) -> bool:
+    """Whether a member that applied the assignment ``applied`` (``(generation, leader)``) has
+    applied ``target`` or one that supersedes it (see :meth:`Assignment.supersedes`)."""
+    (generation, leader), (target_generation, target_leader) = applied, target
+    return (generation, target_leader) >= (target_generation, leader)
 
 
 def plan(

@@ -6,11 +6,14 @@ not yet applied. Lag is published in the cluster map as ``{"<store>/<partition>"
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 
 from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.offsets import EndOffsets, holds_records
-from foldstream.query_api.stores import StoreReaders
+from foldstream.state.local import LocalStores
+
+log = logging.getLogger(__name__)
 
 
 class LagMeter:
@@ -21,13 +24,13 @@ class LagMeter:
         *,
         bootstrap: str,
         stores: Mapping[str, StoreLayout],
-        readers: StoreReaders,
+        local: LocalStores,
         replicas: StandbyReplicas,
         ends: Mapping[str, EndOffsets],
     ) -> None:
         self.bootstrap = bootstrap
         self.stores = dict(stores)
-        self.readers = readers
+        self._local = local
         self.replicas = replicas
         self.ends = dict(ends)
         # The last measurement and its lag per (topic, partition), computed on first use (every
@@ -46,10 +49,13 @@ class LagMeter:
             except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
                 ends = {}
             for topic, p in active:
-                if topic == layout.source_topic and p in ends:
-                    lag[f"{store}/{p}"] = self._source_lag(
-                        topic, p, self.readers.next_offset(store, p), ends[p]
-                    )
+                if topic != layout.source_topic or p not in ends:
+                    continue
+                try:
+                    applied = self._local.next_offset(store, p)
+                    lag[f"{store}/{p}"] = self._source_lag(topic, p, applied, ends[p])
+                except Exception:  # noqa: BLE001 - the broker or the copy did not answer: unknown
+                    log.debug("lag of %s/%d unknown", store, p, exc_info=True)
         for store, p in self.replicas.held():
             standby_lag = self.replicas.lag(store, p)
             if standby_lag is not None:

@@ -1,9 +1,11 @@
-"""The cluster map: who is a member, what each serves, and the assignment they all follow.
+"""Membership: who is a member, what each serves, and the newest assignment, read from the
+cluster topic.
 
-Each instance publishes its own :class:`MemberState` to the service's compacted cluster topic
-(key = instance id) twice a second and whenever it changes, and tails the topic to learn
-everyone else's. A member whose record has not been refreshed for ``liveness_s`` seconds is no
-longer a member: nothing is routed to it, and the leader moves its partitions.
+Each instance publishes its own :class:`~foldstream.cluster.records.MemberState` to the
+service's compacted cluster topic (key = instance id) twice a second and whenever it changes
+(:class:`Heartbeat`), and tails the topic to learn everyone else's. A member whose record has not
+been refreshed for ``liveness_s`` seconds is no longer a member: nothing is routed to it, and the
+leader moves its partitions.
 
 Silence is measured against this instance's own view of the topic, not the wall clock: each
 heartbeat carries a ``beat`` number, and reading one's own beat back (sent at time T) proves that
@@ -11,58 +13,36 @@ everything appended before T has been read. A member is silent when its newest r
 ``liveness_s`` before the newest own beat read back. An instance whose reading stalls (a slow
 broker, a busy process) therefore never declares the others dead for its own delay.
 
-The topic also holds the newest :class:`Assignment` (key ``ASSIGNMENT_KEY``). Two live claims
-on one partition (a dead owner's last record against its successor's) are settled by ``epoch``,
-a Lamport clock every instance advances when it gains partitions.
+The topic also holds the newest :class:`~foldstream.cluster.assignment.Assignment` (key
+``ASSIGNMENT_KEY``), published by the leader (:mod:`.leader`). Every record is untrusted input
+(:mod:`.records`): one that does not parse, or whose epoch or generation leaps further than
+:data:`MAX_STEP` beyond the newest seen, is logged, counted and ignored; nothing read can stop
+the thread that reads.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from foldstream.cluster.assignment import Assignment
+from foldstream.cluster.records import InvalidRecord, MemberState, parse_assignment
 from foldstream.kafka import consume_available, consumer_config, producer_config
 
 log = logging.getLogger(__name__)
 
-#: The cluster topic's key for the assignment (member ids are service names, never this).
+#: The cluster topic's key for the assignment (member ids start with a letter or a digit).
 ASSIGNMENT_KEY = b"__assignment__"
-
-
-@dataclass(frozen=True)
-class MemberState:
-    """What one instance publishes about itself.
-
-    ``active`` and ``standby`` map a source topic to partitions; ``lag`` maps
-    ``"<store>/<partition>"`` to records not yet applied (source records for an active copy,
-    changelog records for a standby). ``generation`` is the newest assignment the member has
-    applied: it has released every partition that assignment does not give it.
-    """
-
-    id: str
-    url: str
-    epoch: int = 0
-    generation: int = 0
-    beat: int = field(default=0, compare=False)  # set by ClusterMap.publish
-    active: dict[str, list[int]] = field(default_factory=dict)
-    restoring: dict[str, list[int]] = field(default_factory=dict)
-    standby: dict[str, list[int]] = field(default_factory=dict)
-    lag: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> MemberState:
-        return cls(**json.loads(raw))
+#: How far an epoch or a generation may leap beyond the newest one seen; a record claiming more
+#: is taken for forged or corrupt. Real ones move by one per rebalance.
+MAX_STEP = 1_000_000
+#: Invalid records logged at most once per this many seconds (the count is always kept).
+LOG_EVERY_S = 10.0
 
 
 class ClusterMap:
@@ -87,14 +67,19 @@ class ClusterMap:
         self._beats: dict[int, float] = {}  # own beats sent, not yet read back: beat -> sent at
         self._view_at = 0.0  # when the newest own beat read back was sent
         self._assignment = Assignment()
+        self._caught_up_at: float | None = None
         self._caught_up = threading.Event()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self.invalid_records = 0
+        self._invalid_logged_at = 0.0
         self._producer = Producer(producer_config(bootstrap, linger_ms=0))
         self._consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self._thread = threading.Thread(target=self._run, name="cluster-map", daemon=True)
         self._thread.start()
+
+    # -- publishing --------------------------------------------------------------------------
 
     def publish(self, state: MemberState) -> None:
         """Record ``state`` locally at once and send it to the other members."""
@@ -102,25 +87,29 @@ class ClusterMap:
             # Nanoseconds since the epoch: never a beat of an earlier run of this member.
             beat = max(time.time_ns(), max(self._beats, default=0) + 1)
             self._beats[beat] = time.monotonic()
-            state = replace(state, beat=beat)
-            changed = self._states.get(state.id) != state
+            state = state.model_copy(update={"beat": beat})
+            changed = not state.same_as(self._states.get(state.id))
             self._states[state.id] = state
             self._seen_at[state.id] = time.monotonic()
         self._producer.produce(self.topic, key=state.id.encode(), value=state.to_json())
         self._producer.poll(0)
-        if changed and self._on_change is not None:
-            self._on_change()
+        if changed:
+            self._changed()
 
-    def publish_assignment(self, assignment: Assignment) -> None:
-        """Adopt ``assignment`` locally if it supersedes the current one, and send it."""
+    def adopt(self, assignment: Assignment) -> None:
+        """Follow ``assignment`` at once (the leader published it) if it supersedes ours."""
         with self._lock:
             if not assignment.supersedes(self._assignment):
                 return
             self._assignment = assignment
-        self._producer.produce(self.topic, key=ASSIGNMENT_KEY, value=assignment.to_json())
-        self._producer.poll(0)
-        if self._on_change is not None:
-            self._on_change()
+        self._changed()
+
+    def leave(self) -> None:
+        """Tell the other members at once that this one is gone (a tombstone)."""
+        self._producer.produce(self.topic, key=self.member_id.encode(), value=None)
+        self._producer.flush(5)
+
+    # -- the view ----------------------------------------------------------------------------
 
     def assignment(self) -> Assignment:
         """The newest assignment read or published (generation 0: none yet)."""
@@ -130,10 +119,15 @@ class ClusterMap:
         """True once the topic has been read to its end (what was there when this one started)."""
         return self._caught_up.wait(timeout)
 
-    def leave(self) -> None:
-        """Tell the other members at once that this one is gone (a tombstone)."""
-        self._producer.produce(self.topic, key=self.member_id.encode(), value=None)
-        self._producer.flush(5)
+    def caught_up_for(self) -> float:
+        """Seconds since the topic was first read to its end (0 before)."""
+        at = self._caught_up_at
+        return 0.0 if at is None else time.monotonic() - at
+
+    def view_at(self) -> float:
+        """When (monotonic) the newest own beat read back was sent: everything appended to the
+        topic before then has been read."""
+        return self._view_at
 
     def members(self) -> dict[str, MemberState]:
         """Live members by id (this one always included once it has published)."""
@@ -150,77 +144,112 @@ class ClusterMap:
             return max((s.epoch for s in self._states.values()), default=0)
 
     def active_owner(self, topic: str, partition: int) -> MemberState | None:
-        """The live member serving ``partition`` of ``topic`` (the newest claim wins)."""
-        claims = [
-            state for state in self.members().values() if partition in state.active.get(topic, ())
-        ]
+        """The live member serving ``partition`` of ``topic``: the one the assignment names when
+        it claims the partition, else the claim with the newest epoch (a handover under way)."""
+        members = self.members()
+        named = members.get(self._assignment.owner(topic, partition) or "")
+        if named is not None and partition in named.active.get(topic, ()):
+            return named
+        claims = [s for s in members.values() if partition in s.active.get(topic, ())]
         return max(claims, key=lambda s: s.epoch, default=None)
 
-    def standbys(self, topic: str, partition: int) -> list[MemberState]:
-        """Live members that hold a standby copy of ``partition`` of ``topic``."""
-        return [
-            state
-            for state in self.members().values()
-            if partition in state.standby.get(topic, ())
-            and partition not in state.active.get(topic, ())
-        ]
+    # -- reading the topic -------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            messages = consume_available(self._consumer, 1_000, 0.1)
+            try:
+                messages = consume_available(self._consumer, 1_000, 0.1)
+            except Exception:  # noqa: BLE001 - a broken fetch is retried; never fatal
+                log.warning("reading %s failed; retrying", self.topic, exc_info=True)
+                self._stopping.wait(0.5)
+                continue
             changed = False
             with self._lock:
                 for message in messages:
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            self._caught_up.set()
-                        continue
-                    if message.key() == ASSIGNMENT_KEY:
-                        changed |= self._adopt(message.value())
-                        continue
-                    if message.key() is None:
-                        continue
-                    member_id = message.key().decode()
-                    if member_id == self.member_id:
-                        self._read_back(message.value())
-                        continue  # our own record is always current locally
-                    if message.value() is None:
-                        changed |= self._states.pop(member_id, None) is not None
-                        self._seen_at.pop(member_id, None)
-                        continue
                     try:
-                        state = MemberState.from_json(message.value())
-                    except (ValueError, TypeError):
-                        log.warning("ignoring a malformed cluster record for %s", member_id)
-                        continue
-                    changed |= self._states.get(member_id) != state
-                    self._states[member_id] = state
-                    self._seen_at[member_id] = time.monotonic()
-            if changed and self._on_change is not None:
-                self._on_change()
+                        changed |= self._read(message)
+                    except InvalidRecord as exc:
+                        self._invalid(message, str(exc))
+                    except Exception as exc:  # noqa: BLE001 - one record never stops the map
+                        self._invalid(message, f"{type(exc).__name__}: {exc}")
+            if changed:
+                self._changed()
+
+    def _read(self, message: Any) -> bool:
+        """Take one record in (under the lock); whether the view changed."""
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                if not self._caught_up.is_set():
+                    self._caught_up_at = time.monotonic()
+                    self._caught_up.set()
+                return False
+            raise InvalidRecord(f"consumer error {error}")
+        key = message.key()
+        if key == ASSIGNMENT_KEY:
+            return self._adopt_record(message.value())
+        if key is None:
+            raise InvalidRecord("a record without a key")
+        try:
+            member_id = key.decode()
+        except UnicodeDecodeError:
+            raise InvalidRecord("a key that is not UTF-8") from None
+        if member_id == self.member_id:
+            self._read_back(message.value())
+            return False  # our own record is always current locally
+        if message.value() is None:
+            self._seen_at.pop(member_id, None)
+            return self._states.pop(member_id, None) is not None
+        state = MemberState.from_json(message.value())
+        if state.id != member_id:
+            raise InvalidRecord(f"record of {state.id!r} under the key {member_id!r}")
+        newest_epoch = max((s.epoch for s in self._states.values()), default=0)
+        self._check_step("epoch", state.epoch, newest_epoch)
+        self._check_step("generation", state.generation, self._assignment.generation)
+        changed = not state.same_as(self._states.get(member_id))
+        self._states[member_id] = state
+        self._seen_at[member_id] = time.monotonic()
+        return changed
+
+    def _check_step(self, name: str, value: int, newest: int) -> None:
+        if newest and value > newest + MAX_STEP:
+            raise InvalidRecord(f"{name} {value} leaps more than {MAX_STEP} beyond {newest}")
 
     def _read_back(self, raw: bytes | None) -> None:
         try:
-            beat = json.loads(raw or b"null")["beat"]
-        except (ValueError, TypeError, KeyError):
-            return  # a tombstone, or a record from before this instance restarted
+            beat = MemberState.from_json(raw or b"").beat
+        except InvalidRecord:
+            return  # a tombstone, or a record of an earlier version of this instance
         sent = self._beats.get(beat)
         if sent is not None:
             self._view_at = max(self._view_at, sent)
             for older in [b for b in self._beats if b <= beat]:
                 del self._beats[older]
 
-    def _adopt(self, raw: bytes | None) -> bool:
-        try:
-            assignment = Assignment.from_json(raw or b"")
-        except (ValueError, TypeError):
-            log.warning("ignoring a malformed assignment record")
-            return False
+    def _adopt_record(self, raw: bytes | None) -> bool:
+        assignment = parse_assignment(raw)
+        self._check_step("generation", assignment.generation, self._assignment.generation)
         if not assignment.supersedes(self._assignment):
             return False
         self._assignment = assignment
         return True
+
+    def _invalid(self, message: Any, reason: str) -> None:
+        self.invalid_records += 1
+        now = time.monotonic()
+        if now - self._invalid_logged_at >= LOG_EVERY_S:
+            self._invalid_logged_at = now
+            log.warning(
+                "ignoring an invalid record at offset %s of %s: %s (%d invalid so far)",
+                message.offset(),
+                self.topic,
+                reason[:300],
+                self.invalid_records,
+            )
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     def snapshot(self) -> dict[str, Any]:
         """The map as served at ``GET /cluster``."""
@@ -233,7 +262,7 @@ class ClusterMap:
             "generation": assignment.generation,
             "leader": assignment.leader,
             "instances": [
-                {**asdict(state), "last_seen_s": ages[member_id]}
+                {**state.model_dump(), "last_seen_s": ages[member_id]}
                 for member_id, state in sorted(members.items())
             ],
         }
@@ -243,3 +272,54 @@ class ClusterMap:
         self._thread.join(timeout=5)
         self._consumer.close()
         self._producer.flush(5)
+
+
+class Heartbeat:
+    """Publishes ``state()`` every ``interval_s`` (and notices when this process stood still).
+
+    A late heartbeat makes the others think this member is dead, so the thread does nothing
+    else. ``on_pause(seconds)`` is called when the process stood still for longer than the
+    session timeout (a long pause, a frozen machine): the others may have taken its partitions
+    over meanwhile.
+    """
+
+    def __init__(
+        self,
+        cluster_map: ClusterMap,
+        state: Callable[[], MemberState],
+        *,
+        on_pause: Callable[[float], None],
+        interval_s: float = 0.5,
+        tick_s: float = 0.1,
+    ) -> None:
+        self._map = cluster_map
+        self._state = state
+        self._on_pause = on_pause
+        self.interval_s = interval_s
+        self.tick_s = tick_s
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cluster-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        last = 0.0
+        awake = time.monotonic()
+        while not self._stopping.wait(self.tick_s):
+            now = time.monotonic()
+            if now - awake > self._map.liveness_s:
+                self._on_pause(now - awake)
+            awake = now
+            if now - last < self.interval_s:
+                continue
+            try:
+                self._map.publish(self._state())
+                last = now
+            except Exception:  # noqa: BLE001 - the next beat tries again
+                log.exception("cluster heartbeat failed")
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

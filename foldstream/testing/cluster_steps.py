@@ -52,8 +52,9 @@ from pytest_bdd import given, parsers, then, when
 
 from foldstream.cluster.assignment import Assignment
 from foldstream.cluster.map import ASSIGNMENT_KEY
+from foldstream.cluster.records import parse_assignment
 from foldstream.kafka import partition_for, read_to_end
-from foldstream.process import InstanceProcess, cluster_stable, http, wait_cluster_stable
+from foldstream.process import InstanceProcess, cluster_stable, http, lookup, wait_cluster_stable
 from foldstream.projections.reference import fold_topic
 from foldstream.testing.plugin import InstancePool
 from foldstream.testing.steps import (
@@ -656,7 +657,7 @@ def published_assignments(instance: InstanceProcess) -> list[Assignment]:
     """Every assignment published on the cluster topic of ``instance``'s service, oldest first."""
     _, settings = service_of(instance)
     return [
-        Assignment.from_json(message.value())
+        parse_assignment(message.value())
         for batch in read_to_end(instance.bootstrap, settings.cluster_topic, 1)
         for message in batch
         if message.key() == ASSIGNMENT_KEY and message.value()
@@ -694,3 +695,77 @@ def unmoved_never_unavailable(cluster_state: ClusterState) -> None:
         assert seen and set(seen) <= {200, 307}, (
             f"partition {p} (stayed) saw {seen}; first answers of each kind: {load.samples}"
         )
+
+
+def commands_fold_everywhere(
+    members: list[InstanceProcess],
+    *,
+    aggregate: str,
+    command: str,
+    arguments: dict[str, Any],
+    store: str,
+    value: Any,
+    partitions: int,
+    prefix: str,
+    retry_for: float = 0.0,
+) -> None:
+    """Send ``command`` to a fresh id in each of the ``partitions`` partitions of the events
+    topic (through the members in turn), then wait until every member answers ``value`` for
+    each id in ``store``: every partition takes commands and is folded by its owner. A command
+    answered 503 is sent again for up to ``retry_for`` seconds (0: it must be accepted at
+    once)."""
+    stamp = time.monotonic_ns()
+    keys: dict[int, str] = {}
+    n = 0
+    while len(keys) < partitions:
+        key = f"{prefix}{stamp}-{n}"
+        keys.setdefault(partition_for(key.encode(), partitions), key)
+        n += 1
+    deadline = time.monotonic() + retry_for
+    for turn, key in enumerate(keys.values()):
+        url = f"{members[turn % len(members)].url}/commands/{aggregate}/{key}/{command}"
+        status, body = http("POST", url, arguments)
+        while status == 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            status, body = http("POST", url, arguments)
+        assert status == 200, f"{url}: {status} {body}"
+    wanted = {key: (200, {"key": key, "value": value}) for key in keys.values()}
+    last: dict[str, Any] = {}
+
+    def all_answered() -> bool:
+        for member in members:
+            for key, answer in wanted.items():
+                last["answer"] = (member.url, key, lookup(member.url, store, key))
+                if last["answer"][2] != answer:
+                    return False
+        return True
+
+    wait_until(all_answered, lambda: f"(url, key, answer) last seen: {last.get('answer')}")
+
+
+@then(
+    parsers.re(
+        rf'a "(?P<command>{NAME})" with (?P<arguments>\{{.*\}}) to a new (?P<aggregate>{NAME}) '
+        rf'on every partition shows (?P<value>.+) in store "(?P<store>{NAME})" on every instance'
+    )
+)
+def every_partition_folds(
+    cluster_state: ClusterState,
+    command: str,
+    arguments: str,
+    aggregate: str,
+    value: str,
+    store: str,
+) -> None:
+    members = cluster_state.live()
+    partitions = service_of(members[0])[1].partitions
+    commands_fold_everywhere(
+        members,
+        aggregate=aggregate,
+        command=command,
+        arguments=json.loads(arguments),
+        store=store,
+        value=json.loads(value),
+        partitions=partitions,
+        prefix="every-partition-",
+    )

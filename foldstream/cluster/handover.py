@@ -1,0 +1,238 @@
+"""Following the assignment: giving partitions up, claiming them, taking them over.
+
+Two threads drive :class:`~foldstream.cluster.ownership.Ownership`: the reconcile loop (woken by
+every change of the cluster map) releases what the newest assignment takes away, says it applied
+that assignment, and claims what it gives once the others have released it; the takeover loop
+restores claimed partitions from their changelogs (only the tail a local copy lacks), holds them
+open and starts serving them.
+
+Whatever writes a partition (the projections, the command handler) is kept in line with the
+partitions served by :meth:`Handover.sync`, which applies the *current* state, under one lock:
+each state change is followed by a sync, so the last sync always reflects the last change, and a
+sync computed from an older view can never undo a newer one (which once left a partition served
+but no longer folded).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from foldstream.changelog import StoreLayout
+from foldstream.cluster.map import ClusterMap
+from foldstream.cluster.ownership import Ownership, TopicPartition, TopicPartitions, by_topic
+from foldstream.state.local import LocalStores
+
+log = logging.getLogger(__name__)
+RECONCILE_INTERVAL_S = 0.1
+
+
+class Projections(Protocol):
+    """The projections (:class:`~foldstream.projections.runner.ProjectionRunner`)."""
+
+    def run(self, owned: Mapping[str, Iterable[int]]) -> None: ...
+
+    def failure(self) -> str | None: ...
+
+
+class CommandPartitions(Protocol):
+    """The command side (:class:`~foldstream.commands.CommandHandler`)."""
+
+    def own(self, partitions: Iterable[int]) -> None: ...
+
+    def owned(self) -> frozenset[int]: ...
+
+
+class Copies(Protocol):
+    """Standby copies a takeover releases first (:class:`~foldstream.changelog.StandbyReplicas`)."""
+
+    def release(self, keys: Iterable[tuple[str, int]]) -> None: ...
+
+
+Restore = Callable[[str, int], int]
+"""``(store, partition) -> changelog records read`` bringing the local copy up to date."""
+
+
+class Handover:
+    """Keeps this member's partitions in line with the newest assignment."""
+
+    def __init__(
+        self,
+        *,
+        ownership: Ownership,
+        cluster_map: ClusterMap,
+        stores: Mapping[str, StoreLayout],
+        local: LocalStores,
+        copies: Copies,
+        copies_lock: threading.Lock,
+        restore: Restore,
+        projections: Projections,
+        commands: CommandPartitions | None,
+        events_topic: str,
+        publish: Callable[[], None],
+    ) -> None:
+        self.ownership = ownership
+        self._map = cluster_map
+        self.stores = dict(stores)
+        self.local = local
+        self._copies = copies
+        self._copies_lock = copies_lock
+        self._restore = restore
+        self.projections = projections
+        self.commands = commands
+        self.events_topic = events_topic
+        self._publish = publish
+        self.lock = threading.RLock()  # guards ownership
+        self._sync_lock = threading.Lock()
+        self._gains: queue.Queue[TopicPartitions | None] = queue.Queue()
+        self.wake = threading.Event()
+        self._stopping = threading.Event()
+        self._failures: dict[TopicPartition, str] = {}  # the last failed takeover of each
+        self._threads = [
+            threading.Thread(target=self._reconcile_loop, name="reconcile", daemon=True),
+            threading.Thread(target=self._take_over_loop, name="takeover", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop following the assignment and give everything up."""
+        self._stopping.set()
+        self.wake.set()
+        self._gains.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.give_up(self.held())
+
+    def failure(self) -> str | None:
+        """Why a takeover of a partition still to be taken over failed last, if it did."""
+        with self.lock:
+            for key, reason in sorted(self._failures.items()):
+                if key not in self.ownership.serving:
+                    return reason
+        return None
+
+    def held(self) -> TopicPartitions:
+        with self.lock:
+            return self.ownership.held()
+
+    def store_keys(self, partitions: Iterable[TopicPartition]) -> list[tuple[str, int]]:
+        """``(store, partition)`` of every store folding the given source partitions."""
+        return [
+            (store, p)
+            for topic, p in partitions
+            for store, layout in self.stores.items()
+            if layout.source_topic == topic
+        ]
+
+    # -- following the assignment ------------------------------------------------------------
+
+    def _reconcile_loop(self) -> None:
+        while not self._stopping.is_set():
+            self.wake.wait(RECONCILE_INTERVAL_S)
+            self.wake.clear()
+            if self._stopping.is_set() or not self._map.caught_up():
+                continue
+            try:
+                self.reconcile()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("following the assignment failed")
+
+    def reconcile(self) -> None:
+        assignment = self._map.assignment()
+        with self.lock:
+            lost = self.ownership.lost(assignment)
+            self.ownership.release(lost)
+        if lost:
+            self.sync()
+        with self.lock:
+            applied = self.ownership.apply(assignment)
+        if lost or applied:
+            self._publish()  # only now: what it gave up is no longer written here
+        with self.lock:
+            claimable = self.ownership.claimable(assignment, self._map.members(), time.monotonic())
+            if claimable:
+                self.ownership.claim(claimable, self._map.max_epoch())
+        if claimable:
+            self._publish()
+            self._gains.put(claimable)
+
+    def give_up(self, keys: TopicPartitions) -> None:
+        """Stop serving ``keys`` and writing them; only then may another member take them."""
+        with self.lock:
+            self.ownership.release(keys)
+        self.sync()
+        self._publish()
+
+    def sync(self) -> None:
+        """Make the projections, the command handler and the held store partitions match what
+        is served (and restored) now."""
+        with self._sync_lock:
+            with self.lock:
+                serving = set(self.ownership.serving)
+                claimed = set(self.ownership.held())
+            self.projections.run(by_topic(serving))
+            if self.commands is not None:
+                self.commands.own(p for t, p in serving if t == self.events_topic)
+            wanted = set(self.store_keys(claimed))
+            unwanted = [key for key in self.local.held() if key not in wanted]
+            if unwanted:
+                self.local.release(unwanted)
+
+    # -- taking over -------------------------------------------------------------------------
+
+    def _take_over_loop(self) -> None:
+        while not self._stopping.is_set():
+            gained = self._gains.get()
+            if gained is None:
+                return
+            try:
+                self._take_over(gained)
+            except Exception as exc:  # noqa: BLE001 - reported through /ready and the log
+                with self.lock:
+                    delay = self.ownership.takeover_failed(gained, time.monotonic())
+                    reason = f"taking over {sorted(gained)} failed: {type(exc).__name__}: {exc}"
+                    self._failures.update(dict.fromkeys(gained, reason))
+                log.exception(
+                    "taking over %s failed; claiming again in %.1fs", sorted(gained), delay
+                )
+                self.sync()  # releases what it held of them
+                self._publish()
+                self.wake.set()
+
+    def _take_over(self, gained: TopicPartitions) -> None:
+        started = time.monotonic()
+        keys = self.store_keys(gained)
+        with self._copies_lock:
+            self._copies.release(keys)
+        with self.lock:
+            epoch = self.ownership.epoch
+        restored = 0
+        for store, partition in keys:
+            if self.local.holds(store, partition):
+                continue  # still held here (taken again right after it was given up): current
+            restored += self._restore(store, partition)
+            identity = self.stores[store].identity(partition)
+            # Above every epoch its changelog holds, and published before any write: the next
+            # owner's epoch is then above this one's, which fences our records.
+            epoch = max(epoch, self.local.hold(store, partition, identity=identity, epoch=epoch))
+        with self.lock:
+            served = self.ownership.took_over(gained, epoch)
+            for key in gained:
+                self._failures.pop(key, None)
+        self._publish()
+        # Reads are served from the restored copies at once; the projection catches up after,
+        # and commands wait (503) until the handler has replayed their partitions.
+        self.sync()
+        log.info(
+            "serving %s after restoring %d changelog records in %.2fs",
+            sorted(served),
+            restored,
+            time.monotonic() - started,
+        )

@@ -1,0 +1,196 @@
+"""Where each partition is answered, and whether this member is ready: what the HTTP routes ask.
+
+:meth:`Location.locate` says where a request for a partition goes: here (the active copy, or a
+standby copy within the client's ``max_lag``), to another member (a redirect), or nowhere right
+now (503). :meth:`Location.readiness` says whether a load balancer should send this member
+traffic: it serves everything the assignment gives it, its command partitions are replayed, no
+move of its partitions is pending, and every copy it serves is within ``ready_max_lag`` records
+of its source.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from foldstream.changelog import StoreLayout
+from foldstream.cluster.handover import CommandPartitions, Handover, Projections
+from foldstream.cluster.lag import LagMeter, partition_lag, unmeasured
+from foldstream.cluster.map import ClusterMap
+from foldstream.cluster.ownership import TopicPartition
+from foldstream.cluster.standbys import StandbyKeeper
+from foldstream.routing import Local, Redirect, Unavailable
+from foldstream.routing import Location as Answer
+
+Routes = dict[TopicPartition, tuple[str | None, list[tuple[str, int | None]]]]
+
+
+class Location:
+    """Answers :meth:`locate` and :meth:`readiness` from the cluster map and local state."""
+
+    def __init__(
+        self,
+        *,
+        cluster_map: ClusterMap,
+        handover: Handover,
+        standbys: StandbyKeeper,
+        lag: LagMeter,
+        url: str,
+        topics: Mapping[str, int],
+        stores: Mapping[str, StoreLayout],
+        store_info: Mapping[str, dict[str, Any]],
+        projections: Projections,
+        commands: CommandPartitions | None,
+        events_topic: str,
+        ready_max_lag: int,
+    ) -> None:
+        self._map = cluster_map
+        self._handover = handover
+        self._standbys = standbys
+        self.lag = lag
+        self.url = url
+        self.topics = dict(topics)
+        self.stores = dict(stores)
+        self.store_info = dict(store_info)
+        self._projections = projections
+        self._commands = commands
+        self.events_topic = events_topic
+        self.ready_max_lag = ready_max_lag
+        self._routes: Routes = {}
+        self._started_at = time.monotonic()
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def build_routes(self) -> None:
+        """Recompute each partition's owner and standbys from the map (on every change)."""
+        routes: Routes = {}
+        members = self._map.members()
+        for topic, count in self.topics.items():
+            for p in range(count):
+                owner = self._map.active_owner(topic, p)
+                standbys = [
+                    (s.url, partition_lag(s.lag, self.stores, topic, p))
+                    for s in members.values()
+                    if p in s.standby.get(topic, ()) and s is not owner
+                ]
+                routes[(topic, p)] = (owner.url if owner is not None else None, standbys)
+        self._routes = routes
+
+    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Answer:
+        key = (topic, partition)
+        member_id = self._map.member_id
+        ownership = self._handover.ownership
+        if key in ownership.serving:
+            return Local(partition, "active", self.lag.local(topic, partition), member_id)
+        if max_lag is not None and key in self._standbys.partitions():
+            lag = self.lag.local(topic, partition, live=True)
+            if lag is not None and lag <= max_lag:
+                return Local(partition, "standby", lag, member_id)
+        owner, standbys = self._routes.get(key, (None, []))
+        if owner is not None and owner != self.url:
+            return Redirect(partition, owner)
+        if max_lag is not None:
+            for url, lag in standbys:
+                if url != self.url and lag is not None and lag <= max_lag:
+                    return Redirect(partition, url)
+        if key in ownership.restoring:
+            return Unavailable(partition, "this instance is restoring it from the changelog")
+        return Unavailable(partition, "no live owner yet: the cluster is rebalancing")
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Whether this member serves what it is assigned, caught up (see the module)."""
+        reason = self._unready_reason()
+        if reason is not None:
+            return False, {"reason": reason, "instance": self._map.member_id}
+        serving = set(self._handover.ownership.serving)
+        active = {f"{store}/{p}" for store, p in self._handover.store_keys(serving)}
+        lag = {k: v for k, v in self.lag.measure(serving).items() if k in active}
+        unknown = unmeasured(active, lag)
+        if unknown:
+            return False, {"reason": f"end offsets not known yet for {unknown}", "lag": lag}
+        behind = sorted(k for k, v in lag.items() if v > self.ready_max_lag)
+        if behind:
+            return False, {
+                "reason": f"{behind} are more than {self.ready_max_lag} records behind",
+                "lag": lag,
+                "instance": self._map.member_id,
+            }
+        return True, {"lag": lag, "instance": self._map.member_id}
+
+    def _unready_reason(self) -> str | None:
+        failure = self._handover.failure() or self._projections.failure()
+        if failure:
+            return failure
+        assignment = self._map.assignment()
+        ownership = self._handover.ownership
+        if ownership.applied[0] == 0:
+            waited = time.monotonic() - self._started_at
+            leader = min(self._map.members(), default=self._map.member_id)
+            return (
+                f"joining the cluster: no assignment after {waited:.0f}s "
+                f"(the leader is the live member with the smallest id: {leader})"
+            )
+        restoring = sorted(ownership.restoring)
+        if restoring:
+            return f"restoring {restoring}"
+        serving = set(ownership.serving)
+        waiting = sorted(assignment.owned_by(self._map.member_id) - serving)
+        if waiting:
+            return f"waiting for other members to release {waiting}"
+        moves = self._pending_moves()
+        if moves:
+            return f"partitions {moves} move once their new owner's copy has caught up"
+        if self._commands is not None:
+            taken = self._commands.owned()
+            replaying = sorted(p for t, p in serving if t == self.events_topic and p not in taken)
+            if replaying:
+                return f"replaying partitions {replaying} for commands"
+        return None
+
+    def _pending_moves(self) -> list[TopicPartition]:
+        """Partitions of this member, or warming up here, that the leader plans to move."""
+        me = self._map.member_id
+        assignment = self._map.assignment()
+        return sorted(
+            (topic, int(p))
+            for topic, warmups in assignment.warmups.items()
+            for p, member in warmups.items()
+            if member == me or assignment.owner(topic, int(p)) == me
+        )
+
+    # -- the map for clients -----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """``GET /cluster``: members, and each partition's active and standby URLs with lag."""
+        self.build_routes()
+        partitions: dict[str, dict[str, Any]] = {}
+        for (topic, p), (active, standbys) in sorted(self._routes.items()):
+            partitions.setdefault(topic, {})[str(p)] = {
+                "active": active,
+                "standbys": [{"url": url, "lag": lag} for url, lag in standbys],
+            }
+        return {
+            **self._map.snapshot(),
+            "settled": self._settled(),
+            "partitions": partitions,
+            "stores": self.store_info,
+        }
+
+    def _settled(self) -> bool:
+        """Whether the assignment was planned for the live members and every partition is
+        served by the owner it names, with no move waiting for a warm-up."""
+        assignment = self._map.assignment()
+        if assignment.generation == 0 or any(assignment.warmups.values()):
+            return False
+        members = self._map.members()
+        if assignment.members != sorted(members):
+            return False  # the leader has yet to plan for a member that joined or left
+        for (topic, p), (active, _) in self._routes.items():
+            owner = assignment.owner(topic, p)
+            state = members.get(owner) if owner is not None else None
+            if state is None or active != state.url:
+                return False
+        return True
