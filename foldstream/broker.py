@@ -74,8 +74,9 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
-def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
-    """Block until a Kafka broker at ``bootstrap`` answers a metadata request."""
+def wait_for_kafka(bootstrap: str, timeout: float = 30.0, *, metadata: bool = True) -> None:
+    """Block until a Kafka broker at ``bootstrap`` answers a metadata request (only listens,
+    without ``metadata``: a broker that wants clients to authenticate)."""
     host, _, port = bootstrap.split(",")[0].rpartition(":")
     try:
         for attempt in Retrying(
@@ -88,6 +89,9 @@ def wait_for_kafka(bootstrap: str, timeout: float = 30.0) -> None:
                 pass
     except OSError as exc:
         raise BrokerUnavailable(f"nothing listens at {bootstrap} after {timeout}s") from exc
+    if not metadata:
+        return
+    # The embedded broker itself, in plaintext: not the process's client properties.
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
         for attempt in Retrying(
@@ -111,11 +115,24 @@ class EmbeddedBroker:
     main thread, the broker is killed by the kernel when this process ends, even by ``kill -9``
     (util-linux's ``setpriv --pdeathsig``; without ``setpriv``, or from another thread, only
     :meth:`stop` stops it).
+
+    ``advertised_port`` is the port it tells clients to connect to (a TLS terminator's in front
+    of it: Tansu 0.6.0 cannot serve TLS itself, its ``--cert`` and ``--key`` exclude each
+    other); ``authentication`` makes clients authenticate (SASL) first.
     """
 
-    def __init__(self, *, port: int | None = None, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        log_path: Path | None = None,
+        advertised_port: int | None = None,
+        authentication: bool = False,
+    ) -> None:
         self.port = port or free_port()
         self.log_path = log_path
+        self.advertised_port = advertised_port or self.port
+        self.authentication = authentication
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -138,7 +155,7 @@ class EmbeddedBroker:
             if not isinstance(log, int):
                 log.close()  # the child holds its own copy
         try:
-            wait_for_kafka(self.bootstrap, timeout)
+            wait_for_kafka(self.bootstrap, timeout, metadata=not self.authentication)
         except BrokerUnavailable:
             self.stop()
             raise
@@ -153,9 +170,10 @@ class EmbeddedBroker:
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            f"tcp://127.0.0.1:{self.advertised_port}",
             "--storage-engine",
             "memory://tansu/",
+            *(["--authentication"] if self.authentication else []),
         ]
         setpriv = shutil.which("setpriv")
         # The parent-death signal follows the thread that started the child: only the main

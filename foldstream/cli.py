@@ -37,10 +37,39 @@ def serve(
     port: Annotated[int, typer.Option()] = 8000,
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap servers [env: KAFKA_BOOTSTRAP_SERVERS]")
+        str | None, typer.Option(help="Kafka bootstrap servers (env: KAFKA_BOOTSTRAP_SERVERS)")
     ] = None,
     state_dir: Annotated[Path | None, typer.Option(help="where stores live")] = None,
     partitions: Annotated[int | None, typer.Option(help="events topic partitions")] = None,
+    kafka_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Kafka client properties file: security (SASL, TLS) and other librdkafka "
+            "properties; KAFKA_<NAME> variables override it (env: FOLDSTREAM_KAFKA_CONFIG)"
+        ),
+    ] = None,
+    replication_factor: Annotated[
+        int | None,
+        typer.Option(
+            help="replication factor of the topics created (default: the brokers'; env: "
+            "FOLDSTREAM_REPLICATION_FACTOR)"
+        ),
+    ] = None,
+    min_insync_replicas: Annotated[
+        int | None,
+        typer.Option(
+            help="min.insync.replicas of the topics created (default: the brokers'; env: "
+            "FOLDSTREAM_MIN_INSYNC_REPLICAS)"
+        ),
+    ] = None,
+    create_topics: Annotated[
+        bool | None,
+        typer.Option(
+            "--create-topics/--no-create-topics",
+            help="create missing topics, or fail at start naming them (locked-down clusters) "
+            "(default: create; env: FOLDSTREAM_CREATE_TOPICS)",
+        ),
+    ] = None,
     spark_master: Annotated[str | None, typer.Option(help="e.g. local[*], spark://h:7077")] = None,
     advertised_url: Annotated[
         str | None, typer.Option(help="URL clients and other instances reach this one at")
@@ -60,27 +89,38 @@ def serve(
     ] = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
+    from foldstream.kafka_client import configure as configure_kafka_clients
     from foldstream.process import exit_with_parent
     from foldstream.service import load_service
     from foldstream.serving import configure_logging
     from foldstream.serving import serve as serve_instance
     from foldstream.settings import Settings
+    from foldstream.topics import provision
 
     configure_logging()
     exit_with_parent()
+    definition = load_service(service)
     settings = Settings.from_env(
-        service=load_service(service).name,
+        service=definition.name,
         host=host,
         port=port,
         bootstrap_servers=bootstrap,
         state_dir=state_dir,
         partitions=partitions,
+        kafka_config=kafka_config,
+        replication_factor=replication_factor,
+        min_insync_replicas=min_insync_replicas,
+        create_topics=create_topics,
         spark_master=spark_master,
         advertised_url=advertised_url,
         standby_replicas=standbys,
         session_timeout_ms=session_timeout_ms,
         ready_max_lag=ready_max_lag,
     )
+    # Before the server starts: a bad client property, a rejected credential or a missing
+    # topic is one error line, not a failed application startup.
+    configure_kafka_clients(settings.kafka_config)
+    provision(settings, definition.projections)
     serve_instance(service, settings, server)
 
 

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,8 +26,7 @@ from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
 from foldstream.direct_routes import DirectRoutes
-from foldstream.errors import ConfigurationError
-from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
+from foldstream.kafka_client import configure as configure_kafka_clients
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
 from foldstream.projections.runner import ProjectionRunner, query_name
@@ -39,6 +37,7 @@ from foldstream.service import Service
 from foldstream.settings import Settings
 from foldstream.state.host import StoreHost
 from foldstream.state.local import LocalStores
+from foldstream.topics import provision
 
 log = logging.getLogger(__name__)
 HOT_PATHS = ("/commands/{aggregate}/{aggregate_id}/{command}", "/stores/{store}/keys")
@@ -90,34 +89,10 @@ class Instance:
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
     def provision(self) -> dict[str, int]:
-        """Create the service's topics; return ``{topic: partitions}`` of every source topic."""
-        settings = self.settings
-        specs = [
-            TopicSpec(settings.events_topic, settings.partitions),
-            TopicSpec(settings.cluster_topic, 1, compact=True),
-        ]
-        specs += [
-            TopicSpec(settings.changelog_topic(p.store), settings.partitions, compact=True)
-            for p in self.service.projections
-            if p.source_topic(settings.events_topic) == settings.events_topic
-        ]
-        admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-        layout = {settings.events_topic: settings.partitions}
-        for projection in self.service.projections:
-            topic = projection.source_topic(settings.events_topic)
-            if topic in layout:
-                continue
-            count = topic_partitions(admin, topic)
-            if count is None:
-                raise ConfigurationError(
-                    f"store {projection.store!r} reads topic {topic!r}, which does not exist"
-                )
-            layout[topic] = count
-            specs.append(TopicSpec(settings.changelog_topic(projection.store), count, compact=True))
-        ensure_topics(
-            settings.bootstrap_servers, specs, replication_factor=settings.replication_factor
-        )
-        return layout
+        """Install the Kafka client properties, create the service's topics (or check them:
+        ``create_topics``); return ``{topic: partitions}`` of every source topic."""
+        configure_kafka_clients(self.settings.kafka_config)
+        return provision(self.settings, self.service.projections)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready when this instance serves every partition it owns, caught up."""

@@ -6,15 +6,19 @@ which is exactly what the producer's configured partitioner computes.
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition, murmur2
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from foldstream.errors import BrokerUnavailable, ConfigurationError
+from foldstream.kafka_client import admin_client, client_config
+
+log = logging.getLogger(__name__)
 
 Partitioner = Literal["murmur2", "consistent"]
 PARTITIONERS: tuple[Partitioner, ...] = ("murmur2", "consistent")
@@ -132,31 +136,38 @@ def read_partitions_to_end(
 
 
 def producer_config(bootstrap: str, *, linger_ms: int = 5, **extra: object) -> dict[str, object]:
-    """An idempotent producer that partitions keys like the Java clients (murmur2)."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "partitioner": "murmur2_random",
-        "linger.ms": linger_ms,
-        **extra,
-    }
+    """An idempotent producer that partitions keys like the Java clients (murmur2), with this
+    process's client properties (security: :mod:`~foldstream.kafka_client`)."""
+    return client_config(
+        bootstrap,
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": linger_ms,
+            **extra,
+        },
+    )
 
 
 def consumer_config(
     bootstrap: str, *, fetch_wait_max_ms: int = 10, **extra: object
 ) -> dict[str, object]:
-    """A consumer without a group: callers assign partitions and track offsets themselves."""
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": "foldstream-unused",  # required by librdkafka even when nothing is committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": fetch_wait_max_ms,
-        "enable.partition.eof": True,
-        **extra,
-    }
+    """A consumer without a group: callers assign partitions and track offsets themselves.
+    With this process's client properties, as :func:`producer_config`."""
+    return client_config(
+        bootstrap,
+        **{
+            # required by librdkafka even when nothing is committed
+            "group.id": "foldstream-unused",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": fetch_wait_max_ms,
+            "enable.partition.eof": True,
+            **extra,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -168,60 +179,166 @@ class TopicSpec:
     compact: bool = False
     config: dict[str, str] = field(default_factory=dict)
 
-    def new_topic(self, replication_factor: int) -> NewTopic:
+    def topic_config(self, min_insync_replicas: int | None = None) -> dict[str, str]:
+        """The topic's configuration at creation."""
         config = dict(self.config)
         if self.compact:
             config["cleanup.policy"] = "compact"
+        if min_insync_replicas is not None:
+            config["min.insync.replicas"] = str(min_insync_replicas)
+        return config
+
+    def new_topic(
+        self, replication_factor: int | None, min_insync_replicas: int | None = None
+    ) -> NewTopic:
+        """The topic to create; ``replication_factor`` None leaves it to the brokers' default
+        (``default.replication.factor``)."""
         return NewTopic(
             self.name,
             num_partitions=self.partitions,
-            replication_factor=replication_factor,
-            config=config,
+            replication_factor=-1 if replication_factor is None else replication_factor,
+            config=self.topic_config(min_insync_replicas),
         )
+
+    def create_command(
+        self, bootstrap: str, replication_factor: int | None, min_insync_replicas: int | None
+    ) -> str:
+        """Kafka's ``kafka-topics.sh`` command that creates the topic as foldstream would."""
+        words = [
+            f"kafka-topics.sh --bootstrap-server {bootstrap} --create --topic {self.name}",
+            f"--partitions {self.partitions}",
+        ]
+        if replication_factor is not None:
+            words.append(f"--replication-factor {replication_factor}")
+        words += [f"--config {k}={v}" for k, v in self.topic_config(min_insync_replicas).items()]
+        return " ".join(words)
 
 
 def topic_partitions(admin: AdminClient, topic: str, timeout: float = 10.0) -> int | None:
     """How many partitions ``topic`` has, or None when it does not exist."""
+    return _partition_counts(admin, timeout).get(topic)
+
+
+def _partition_counts(admin: AdminClient, timeout: float = 10.0) -> dict[str, int]:
     # Listing all topics: a metadata request naming the topic may auto-create it with defaults.
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise BrokerUnavailable(f"cannot read metadata of {topic!r}: {exc}") from exc
-    described = metadata.topics.get(topic)
-    if described is None or described.error is not None or not described.partitions:
-        return None
-    return len(described.partitions)
+        raise BrokerUnavailable(f"cannot read the cluster's topics: {exc}") from exc
+    return {
+        name: len(described.partitions)
+        for name, described in metadata.topics.items()
+        if described.error is None and described.partitions
+    }
 
 
 def ensure_topics(
     bootstrap: str,
     specs: Iterable[TopicSpec],
     *,
-    replication_factor: int = 1,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+    create: bool = True,
     timeout: float = 30.0,
 ) -> None:
-    """Create the topics that are missing; check that existing ones have the expected partitions.
+    """Create the topics that are missing (or, with ``create`` false, fail naming them and how
+    to create them); check that existing ones have the expected partitions, and that existing
+    changelogs are compacted.
 
-    Idempotent: safe to call at every start, from every instance.
+    ``replication_factor`` and ``min_insync_replicas`` apply to the topics created here (None:
+    the brokers' defaults). Idempotent: safe to call at every start, from every instance.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     wanted = list(specs)
-    missing = [s for s in wanted if topic_partitions(admin, s.name) is None]
+    existing = _partition_counts(admin)
+    missing = [s for s in wanted if s.name not in existing]
+    if missing and not create:
+        raise _missing_topics(bootstrap, missing, replication_factor, min_insync_replicas)
     if missing:
-        futures = admin.create_topics(
-            [s.new_topic(replication_factor) for s in missing], operation_timeout=timeout
-        )
-        for name, future in futures.items():
-            try:
-                future.result(timeout=timeout)
-            except KafkaException as exc:
-                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                    raise BrokerUnavailable(f"cannot create topic {name!r}: {exc}") from exc
+        _create_topics(admin, missing, replication_factor, min_insync_replicas, timeout)
+        existing = _partition_counts(admin)
     for spec in wanted:
-        actual = topic_partitions(admin, spec.name)
+        actual = existing.get(spec.name)
         if actual != spec.partitions:
             raise ConfigurationError(
                 f"topic {spec.name!r} has {actual} partitions but the service expects "
                 f"{spec.partitions}; keys would be routed to the wrong partitions. Use the "
                 "topic's partition count in the settings, or recreate the topic"
+            )
+    _check_compacted(admin, [s for s in wanted if s.compact and s not in missing])
+
+
+def _missing_topics(
+    bootstrap: str,
+    missing: list[TopicSpec],
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+) -> ConfigurationError:
+    commands = "\n".join(
+        f"  {s.create_command(bootstrap, replication_factor, min_insync_replicas)}" for s in missing
+    )
+    return ConfigurationError(
+        f"{len(missing)} topic(s) the service needs do not exist and topic creation is off "
+        f"(--no-create-topics): {', '.join(s.name for s in missing)}. Create them, e.g. with "
+        f"(add --command-config with the client properties on a secured cluster):\n{commands}"
+    )
+
+
+#: Why a cluster refuses to create a topic, for errors that no retry mends.
+_CREATE_REMEDIES = {
+    KafkaError.INVALID_REPLICATION_FACTOR: "use a --replication-factor no larger than the "
+    "cluster's broker count",
+    KafkaError.INVALID_CONFIG: "check --min-insync-replicas (at most the replication factor)",
+    KafkaError.POLICY_VIOLATION: "the cluster's topic policy refuses these settings",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "the client may not create topics: create them "
+    "beforehand and start with --no-create-topics",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "the client may not create topics: create them "
+    "beforehand and start with --no-create-topics",
+}
+
+
+def _create_topics(
+    admin: AdminClient,
+    missing: list[TopicSpec],
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+    timeout: float,
+) -> None:
+    futures = admin.create_topics(
+        [s.new_topic(replication_factor, min_insync_replicas) for s in missing],
+        operation_timeout=timeout,
+    )
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            remedy = _CREATE_REMEDIES.get(error.code())
+            if remedy is not None:
+                raise ConfigurationError(
+                    f"the cluster refused to create topic {name!r}: {error.str()}; {remedy}"
+                ) from None
+            raise BrokerUnavailable(f"cannot create topic {name!r}: {exc}") from exc
+
+
+def _check_compacted(admin: AdminClient, specs: list[TopicSpec], timeout: float = 10.0) -> None:
+    """Fail when an existing changelog is not compacted: deleting old segments would lose keys
+    that a restore needs. Brokers that do not describe topic configs pass unchecked."""
+    if not specs:
+        return
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, s.name) for s in specs]
+    for resource, future in admin.describe_configs(resources).items():
+        try:
+            config = future.result(timeout=timeout)
+        except KafkaException as exc:
+            log.warning("cannot check the cleanup.policy of %s: %s", resource.name, exc)
+            continue
+        policy = config.get("cleanup.policy")
+        if policy is not None and "compact" not in str(policy.value).split(","):
+            raise ConfigurationError(
+                f"topic {resource.name!r} has cleanup.policy={policy.value}, but changelogs "
+                "must be compacted or restores lose keys: kafka-configs.sh --alter --entity-type "
+                f"topics --entity-name {resource.name} --add-config cleanup.policy=compact"
             )

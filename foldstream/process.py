@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,11 @@ class InstanceProcess:
         standbys: int = 1,
         session_timeout_ms: int = 3000,
         server: str = "uvicorn",
+        env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
     ) -> None:
+        """``env``: more environment variables for the instance (e.g. ``KAFKA_*`` client
+        properties); ``args``: more ``foldstream serve`` arguments."""
         self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
         self.service = service
@@ -140,6 +144,8 @@ class InstanceProcess:
         self.standbys = standbys
         self.session_timeout_ms = session_timeout_ms
         self.server = server
+        self.env = dict(env or {})
+        self.args = list(args)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -150,6 +156,7 @@ class InstanceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
+            **self.env,
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             PARENT_PID_ENV: str(os.getpid()),
         }
@@ -180,6 +187,7 @@ class InstanceProcess:
                 str(self.session_timeout_ms),
                 "--server",
                 self.server,
+                *self.args,
             ],
             stdout=log,
             stderr=log,

@@ -26,14 +26,21 @@ class Settings:
     """Everything an instance needs to know about its environment.
 
     ``service`` prefixes every topic the service owns (``<service>.events``,
-    ``<service>.<store>.changelog``). ``bootstrap_servers`` may point at any Kafka cluster.
+    ``<service>.<store>.changelog``). ``bootstrap_servers`` may point at any Kafka cluster;
+    ``kafka_config`` names a properties file of its clients' security and other settings
+    (:mod:`~foldstream.kafka_client`). Topics are created with ``replication_factor`` and
+    ``min_insync_replicas`` (None: the brokers' defaults), unless ``create_topics`` is false:
+    then they must exist already.
     """
 
     service: str = "inventory"
     bootstrap_servers: str = "127.0.0.1:9092"
     state_dir: Path = field(default_factory=lambda: Path(".foldstream"))
     partitions: int = 6
-    replication_factor: int = 1
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
+    create_topics: bool = True
+    kafka_config: Path | None = None
     spark_master: str = "local[*]"
     host: str = "127.0.0.1"
     port: int = 8000
@@ -79,7 +86,22 @@ class Settings:
                 f"advertised URL {self.url!r} must be http:// or https:// with a host, and no "
                 "user info, whitespace or control characters"
             )
+        self._check_replication()
         object.__setattr__(self, "state_dir", Path(self.state_dir))
+        if self.kafka_config is not None:
+            object.__setattr__(self, "kafka_config", Path(self.kafka_config))
+
+    def _check_replication(self) -> None:
+        replication, min_insync = self.replication_factor, self.min_insync_replicas
+        if replication is not None and replication < 1:
+            raise ConfigurationError(f"replication_factor must be >= 1, got {replication}")
+        if min_insync is not None and min_insync < 1:
+            raise ConfigurationError(f"min_insync_replicas must be >= 1, got {min_insync}")
+        if replication is not None and min_insync is not None and min_insync > replication:
+            raise ConfigurationError(
+                f"min_insync_replicas ({min_insync}) must not exceed replication_factor "
+                f"({replication}): no write with acks=all could succeed"
+            )
 
     @property
     def events_topic(self) -> str:
@@ -103,7 +125,9 @@ class Settings:
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
-        """Settings from ``FOLDSTREAM_*`` / ``KAFKA_BOOTSTRAP_SERVERS``; keywords win."""
+        """Settings from ``FOLDSTREAM_*`` / ``KAFKA_BOOTSTRAP_SERVERS``; keywords win. The
+        bootstrap servers come from the keyword, else ``KAFKA_BOOTSTRAP_SERVERS``, else the
+        ``bootstrap.servers`` of the client properties file (``kafka_config``)."""
         env = os.environ
         values: dict[str, object] = {}
         if "KAFKA_BOOTSTRAP_SERVERS" in env:
@@ -112,6 +136,10 @@ class Settings:
             ("service", str),
             ("state_dir", Path),
             ("partitions", int),
+            ("replication_factor", int),
+            ("min_insync_replicas", int),
+            ("create_topics", _flag),
+            ("kafka_config", Path),
             ("spark_master", str),
             ("advertised_url", str),
             ("standby_replicas", int),
@@ -126,4 +154,20 @@ class Settings:
                 except ValueError as exc:
                     raise ConfigurationError(f"FOLDSTREAM_{name.upper()}={raw!r}: {exc}") from exc
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if "bootstrap_servers" not in values and values.get("kafka_config") is not None:
+            from foldstream.kafka_properties import read_properties_file
+
+            for name, value, _ in read_properties_file(Path(str(values["kafka_config"]))):
+                if name == "bootstrap.servers":
+                    values["bootstrap_servers"] = value
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _flag(raw: str) -> bool:
+    """A boolean environment variable: true/false, yes/no, on/off or 1/0."""
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("not a boolean: use true or false")

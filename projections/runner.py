@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from foldstream.kafka_client import spark_options
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import write_owned
 from foldstream.state.host import StoreHost
@@ -178,6 +179,8 @@ class ProjectionRunner:
             .option("store_host", self.host.address)
             .option("store_token", self.host.authkey.hex())
             .option("changelog_topic", settings.changelog_topic(projection.store))
+            # The tasks' Kafka clients get the instance's client properties (security).
+            .options(**spark_options())
             .load()
         )
         # The tasks fold as they read: what they yield (a row per partition) is dropped by

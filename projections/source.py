@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
+from foldstream.kafka_client import install_from_options
 from foldstream.offsets import EndOffsets, TailRecord
 
 #: Messages a task's fetch hands to the fold at most at once.
@@ -168,6 +169,9 @@ class KafkaStreamReader(DataSourceStreamReader):
     """
 
     def __init__(self, options: dict[str, str]) -> None:
+        # This planning worker's Kafka clients get the instance's client properties (security);
+        # a task's worker installs them in read().
+        install_from_options(options)
         self.bootstrap = options["bootstrap"]
         self.topic = options["topic"]
         self.partitions_ = [int(p) for p in options["partitions"].split(",")]
@@ -299,6 +303,7 @@ class FoldStreamReader(KafkaStreamReader):
         from foldstream.projections.worker import arrow_without_pandas
 
         assert isinstance(partition, KafkaRanges)
+        install_from_options(self.fold_options)
         arrow_without_pandas()  # pyspark turns the rows yielded into Arrow
         if partition.planned is not None:
             applied = fold_task(self.fold_options, [partition.planned], records_of_planned)

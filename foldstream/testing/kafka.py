@@ -24,7 +24,31 @@ from foldstream.kafka import (
     producer_config,
     read_to_end,
 )
+from foldstream.kafka_client import installed
 from foldstream.offsets import EndOffsets
+
+#: kafka-python's names of the librdkafka client properties it has.
+_KAFKA_PYTHON_NAMES = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "client.id": "client_id",
+}
+
+
+def kafka_python_config(bootstrap: str) -> dict[str, Any]:
+    """kafka-python's configuration for ``bootstrap`` with this process's client properties
+    (those kafka-python has: security protocol, SASL PLAIN/SCRAM, TLS files, client id)."""
+    config: dict[str, Any] = {"bootstrap_servers": bootstrap}
+    for name, value in installed().items():
+        if name in _KAFKA_PYTHON_NAMES:
+            config[_KAFKA_PYTHON_NAMES[name]] = value
+    return config
 
 
 def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:

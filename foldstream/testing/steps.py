@@ -51,7 +51,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 from pytest_bdd import given, parsers, then, when
 
 from foldstream import process
@@ -67,12 +66,19 @@ from foldstream.kafka import (
     read_to_end,
     topic_partitions,
 )
+from foldstream.kafka_client import admin_client, client_config
 from foldstream.process import InstanceProcess, http
 from foldstream.projections import Projection
 from foldstream.projections.reference import fold_topic
 from foldstream.service import Service, load_service
 from foldstream.settings import Settings
-from foldstream.testing.kafka import CommandWriter, append_events, log_ends, records_at
+from foldstream.testing.kafka import (
+    CommandWriter,
+    append_events,
+    kafka_python_config,
+    log_ends,
+    records_at,
+)
 from foldstream.testing.plugin import InstancePool
 
 #: What a request to an instance that is down (or going down) raises.
@@ -135,7 +141,7 @@ def _source(instance: InstanceProcess, store: str) -> tuple[Projection, str, int
     definition, settings = service_of(instance)
     projection = definition.projection(store)
     topic = projection.source_topic(settings.events_topic)
-    partitions = topic_partitions(AdminClient({"bootstrap.servers": instance.bootstrap}), topic)
+    partitions = topic_partitions(admin_client(instance.bootstrap), topic)
     assert partitions, f"topic {topic!r} of store {store!r} does not exist"
     return projection, topic, partitions
 
@@ -248,7 +254,7 @@ def produce_records(
     records = [(r["key"].encode(), r["value"].encode() or None) for r in _rows(datatable)]
     scenario_state.produced_to = topic
     if client == "librdkafka":
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer = Producer(client_config(broker.bootstrap))  # librdkafka's defaults
 
         def delivered(error: Any, message: Any) -> None:
             scenario_state.produced.append((message.key(), message.partition()))
@@ -261,7 +267,7 @@ def produce_records(
             import kafka
         except ImportError:
             pytest.fail("a 'java' producer needs kafka-python: pip install kafka-python")
-        java = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap)
+        java = kafka.KafkaProducer(**kafka_python_config(broker.bootstrap))
         futures = [(key, java.send(topic, key=key, value=value)) for key, value in records]
         java.flush()
         scenario_state.produced += [(k, f.get(timeout=10).partition) for k, f in futures]
@@ -496,8 +502,7 @@ def landed_by_partitioner(
     broker: EmbeddedBroker, scenario_state: ScenarioState, partitioner: Partitioner
 ) -> None:
     assert scenario_state.produced, "no records were produced in this scenario"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    partitions = topic_partitions(admin, scenario_state.produced_to)
+    partitions = topic_partitions(admin_client(broker.bootstrap), scenario_state.produced_to)
     assert partitions, f"topic {scenario_state.produced_to!r} does not exist"
     wrong = [
         (key, partition)

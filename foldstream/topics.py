@@ -1,0 +1,54 @@
+"""The topics a service needs, provisioned (or, on a locked-down cluster, checked) before an
+instance starts anything that uses them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from foldstream.errors import ConfigurationError
+from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
+from foldstream.kafka_client import admin_client, wait_for_cluster
+
+if TYPE_CHECKING:
+    from foldstream.projections.projection import Projection
+    from foldstream.settings import Settings
+
+
+def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str, int]:
+    """Create the service's topics that are missing (or, with ``settings.create_topics``
+    false, fail naming them); return ``{topic: partitions}`` of every source topic.
+
+    Fails at once, with one clear error, when the cluster rejects the client's credentials or
+    TLS settings (:func:`~foldstream.kafka_client.wait_for_cluster`)."""
+    wait_for_cluster(settings.bootstrap_servers)
+    specs = [
+        TopicSpec(settings.events_topic, settings.partitions),
+        TopicSpec(settings.cluster_topic, 1, compact=True),
+    ]
+    specs += [
+        TopicSpec(settings.changelog_topic(p.store), settings.partitions, compact=True)
+        for p in projections
+        if p.source_topic(settings.events_topic) == settings.events_topic
+    ]
+    admin = admin_client(settings.bootstrap_servers)
+    layout = {settings.events_topic: settings.partitions}
+    for projection in projections:
+        topic = projection.source_topic(settings.events_topic)
+        if topic in layout:
+            continue
+        count = topic_partitions(admin, topic)
+        if count is None:
+            raise ConfigurationError(
+                f"store {projection.store!r} reads topic {topic!r}, which does not exist"
+            )
+        layout[topic] = count
+        specs.append(TopicSpec(settings.changelog_topic(projection.store), count, compact=True))
+    ensure_topics(
+        settings.bootstrap_servers,
+        specs,
+        replication_factor=settings.replication_factor,
+        min_insync_replicas=settings.min_insync_replicas,
+        create=settings.create_topics,
+    )
+    return layout
