@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 
 from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import EventRecord
-from foldstream.errors import BrokerUnavailable, FoldstreamError, PartitionFenced
+from foldstream.errors import BrokerUnavailable, FoldstreamError, PartitionFenced, RecordTooLarge
+from foldstream.http_input import MAX_EVENT_BYTES
 
 log = logging.getLogger(__name__)
 
 #: Records one transaction carries at most; more wait for the next one.
 MAX_RECORDS_PER_TRANSACTION = 2_000
+#: The largest record appended (key, value and headers): a larger one would fail its whole
+#: transaction, and with it every command queued beside it.
+MAX_RECORD_BYTES = MAX_EVENT_BYTES
 
 FailureCallback = Callable[[PartitionWriter, FoldstreamError], None]
 
@@ -52,10 +56,12 @@ class GroupCommitter:
         on_failed: FailureCallback,
         *,
         max_records: int = MAX_RECORDS_PER_TRANSACTION,
+        max_record_bytes: int = MAX_RECORD_BYTES,
     ) -> None:
         self._executor = executor
         self._on_failed = on_failed
         self._max_records = max_records
+        self._max_record_bytes = max_record_bytes
         self._queues: dict[int, list[_Batch]] = {}
         self._flushing: set[int] = set()
         self.transactions = 0  # committed (metrics, tests, benchmarks)
@@ -65,7 +71,17 @@ class GroupCommitter:
         self, writer: PartitionWriter, records: Sequence[EventRecord]
     ) -> asyncio.Future[int]:
         """Queue ``records`` (one command's) for ``writer``'s partition; the future resolves to
-        the offset of the last of them once their transaction committed, or raises its error."""
+        the offset of the last of them once their transaction committed, or raises its error.
+
+        Raises :class:`RecordTooLarge`, queueing nothing, if a record is larger than
+        ``max_record_bytes``: the producer would fail the whole transaction on it."""
+        for record in records:
+            size = record_size(record)
+            if size > self._max_record_bytes:
+                raise RecordTooLarge(
+                    f"an event of this command would be a {size}-byte Kafka record; at most "
+                    f"{self._max_record_bytes}. Nothing was appended"
+                )
         loop = asyncio.get_running_loop()
         queue = self._queues.setdefault(writer.partition, [])
         batch = queue[-1] if queue else None
@@ -112,3 +128,9 @@ class GroupCommitter:
                     queue.pop(0)
         finally:
             self._flushing.discard(partition)
+
+
+def record_size(record: EventRecord) -> int:
+    """The bytes of ``record``'s key, value and headers."""
+    headers = sum(len(name) + len(value) for name, value in record.headers)
+    return len(record.key) + len(record.value or b"") + headers

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from foldstream.commands.group_commit import GroupCommitter
+from foldstream.commands.group_commit import MAX_RECORD_BYTES, GroupCommitter
 from foldstream.commands.working_copy import working_copy
 from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
@@ -159,6 +159,7 @@ class CommandHandler:
         fetch_wait_max_ms: int = 10,
         transaction_timeout: float = 10.0,
         on_released: ReleaseCallback | None = None,
+        max_record_bytes: int = MAX_RECORD_BYTES,
     ) -> None:
         self.aggregates = dict(aggregates)
         self.bootstrap = bootstrap
@@ -182,7 +183,10 @@ class CommandHandler:
         self._writers: dict[int, PartitionWriter] = {}
         self._replaying: set[int] = set()
         self._executor: ThreadPoolExecutor | None = None
-        self._committer = GroupCommitter(lambda: self._executor, self._release)
+        # Refuses a command whose event the producer would refuse (:class:`RecordTooLarge`).
+        self._committer = GroupCommitter(
+            lambda: self._executor, self._release, max_record_bytes=max_record_bytes
+        )
 
     def start(self) -> None:
         """Start the threads that run transactions; the handler owns no partition yet."""
@@ -354,7 +358,8 @@ class CommandHandler:
         partition's writer, in one transaction with those of the commands queued beside them.
         Nothing is appended and nothing changes in memory when the command is rejected
         (:class:`NotOwner`, :class:`VersionConflict`, :class:`DomainRuleViolation`,
-        :class:`InvalidArguments`, :class:`UnknownCommand`). When its transaction fails
+        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`RecordTooLarge`). When its
+        transaction fails
         (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the handler gives the partition
         up with its aggregates, and every command queued after it fails too.
         """

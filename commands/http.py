@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 
 from starlette.requests import Request
@@ -17,18 +15,19 @@ from foldstream.commands.handler import (
     VersionConflict,
 )
 from foldstream.domain import DomainRuleViolation
-from foldstream.errors import BrokerUnavailable, NotOwner
+from foldstream.errors import BrokerUnavailable, InvalidRequest, NotOwner, RecordTooLarge
+from foldstream.http_input import InputLimits, count, last, query_params
 from foldstream.responses import error_response
-from foldstream.routing import Locator, Redirect, Unavailable, redirect, unavailable
+from foldstream.routing import HOPS_PARAM, Locator, Redirect, Unavailable, redirect, unavailable
 
-_VERSION = re.compile(r'([0-9]+)|"([0-9]+)"')
+_PREFIX = b"/commands/"
 
 
 def expected_version(request: Request) -> int | None:
     """The version the client expects: ``?expected_version=N`` and/or ``If-Match: N``.
 
     ``If-Match`` may also be the strong ETag form ``"N"``. Raises :class:`InvalidArguments`
-    for anything else, or when the two disagree.
+    for anything else (a count of more than 64 bits included), or when the two disagree.
     """
     given = {
         name: value
@@ -40,60 +39,89 @@ def expected_version(request: Request) -> int | None:
     }
     versions = set()
     for name, value in given.items():
-        matched = _VERSION.fullmatch(value.strip())
-        if matched is None:
-            raise InvalidArguments(f"{name} must be a non-negative integer, got {value!r}")
-        versions.add(int(matched.group(1) or matched.group(2)))
+        text = value.strip()
+        if name == "If-Match" and len(text) > 1 and text[0] == text[-1] == '"':
+            text = text[1:-1]
+        try:
+            versions.add(count(name, text))
+        except InvalidRequest as exc:
+            raise InvalidArguments(str(exc)) from None
     if len(versions) > 1:
         raise InvalidArguments(f"expected_version and If-Match disagree: {given}")
     return versions.pop() if versions else None
 
 
+def command_target(request: Request, limits: InputLimits) -> tuple[str, str, str]:
+    """``(aggregate, aggregate id, command)`` from the path as sent, strictly decoded and
+    within ``limits``; :class:`InvalidRequest` for a path that breaks them."""
+    scope = request.scope
+    raw_path: bytes = scope.get("raw_path") or request.url.path.encode()
+    limits.check_url(raw_path, scope["query_string"])
+    # Checked here too, not only when redirecting: the same request is answered alike anywhere.
+    count(HOPS_PARAM, last(query_params(scope["query_string"]), HOPS_PARAM) or None)
+    parts = raw_path[len(_PREFIX) :].split(b"/") if raw_path.startswith(_PREFIX) else []
+    if len(parts) != 3:
+        raise InvalidRequest("aggregate ids and names may not hold '/' (%2F)", status=404)
+    aggregate, aggregate_id, command = parts
+    return (
+        limits.name(aggregate, "aggregate name"),
+        limits.key(aggregate_id, "aggregate id").decode(),
+        limits.name(command, "command name"),
+    )
+
+
 def command_routes(
-    handler: Callable[[], CommandHandler], locator: Callable[[], Locator]
+    handler: Callable[[], CommandHandler],
+    locator: Callable[[], Locator],
+    *,
+    limits: InputLimits | None = None,
 ) -> list[Route]:
-    """Routes that send commands to the handler returned by ``handler()`` (opened in lifespan).
+    """Routes that send commands to the handler returned by ``handler()`` (opened in lifespan),
+    refusing requests beyond ``limits``.
 
     A command for an aggregate whose partition another instance owns is redirected there (307,
     same path); while no instance owns it, the answer is 503 with ``Retry-After``.
     """
+    bounds = limits or InputLimits()
 
     async def run_command(request: Request) -> Response:
         """``POST /commands/{aggregate}/{aggregate_id}/{command}`` with a JSON object of arguments.
 
         Optional ``?expected_version=N`` (or header ``If-Match: N``): run only if the aggregate
         is at version N (0 = no events yet). Answers 200 with the events and the position of
-        the last one; 400 bad arguments or version; 404 unknown aggregate or command; 409
-        version conflict (``current_version`` in the body); 422 domain rule broken; 503 with
-        ``Retry-After`` when this instance does not own the aggregate's partition (``partition``
-        in the body) or Kafka failed. Nothing is appended unless the answer is 200, except after
-        a 503 naming an unknown outcome: resend with ``expected_version`` to stay safe.
+        the last one; 400 bad arguments, version or path; 404 unknown aggregate or command;
+        409 version conflict (``current_version`` in the body); 413 body or event too large;
+        414 URL too long; 422 domain rule broken; 503 with ``Retry-After`` when this instance
+        does not own the aggregate's partition (``partition`` in the body) or Kafka failed.
+        Nothing is appended unless the answer is 200, except after a 503 naming an unknown
+        outcome: resend with ``expected_version`` to stay safe.
         """
-        params = request.path_params
+        try:
+            aggregate, aggregate_id, command = command_target(request, bounds)
+        except InvalidRequest as exc:
+            return error_response(exc.status, str(exc))
         commands = handler()
-        partition = commands.partition_of(params["aggregate_id"])
+        partition = commands.partition_of(aggregate_id)
         location = locator().locate(commands.topic, partition)
         if isinstance(location, Redirect):
             return redirect(request, location)
         if isinstance(location, Unavailable):
             return unavailable(location)
-        body = await request.body()
         try:
-            arguments = json.loads(body) if body.strip() else {}
-        except ValueError as exc:
-            return error_response(400, f"malformed JSON: {exc}")
-        try:
+            version = expected_version(request)
+            body = await bounds.read_body(request)
+            arguments = bounds.load_json(body) if body.strip() else {}
             result = await handler().handle(
-                params["aggregate"],
-                params["aggregate_id"],
-                params["command"],
-                arguments,
-                expected_version=expected_version(request),
+                aggregate, aggregate_id, command, arguments, expected_version=version
             )
+        except InvalidRequest as exc:
+            return error_response(exc.status, str(exc))
         except UnknownCommand as exc:
             return error_response(404, str(exc))
         except InvalidArguments as exc:
             return error_response(400, str(exc))
+        except RecordTooLarge as exc:
+            return error_response(413, str(exc))
         except VersionConflict as exc:
             return _error(409, exc, expected_version=exc.expected, current_version=exc.current)
         except DomainRuleViolation as exc:

@@ -70,3 +70,27 @@ class PartitionFenced(NotOwner):
 
     def __init__(self, partition: int) -> None:
         super().__init__(partition, "was fenced: another writer took it over")
+
+
+class InvalidRequest(FoldstreamError):
+    """An HTTP request is malformed or exceeds one of the instance's input limits: HTTP
+    ``status`` (400; 413 a body too large; 414 a URL too long; 401 missing credentials).
+
+    Remedy (client): fix what the message names; the limits are in ``docs/http.md``. Remedy
+    (operator): raise the limit (:class:`foldstream.http_input.InputLimits`) if legitimate
+    requests hit it.
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RecordTooLarge(FoldstreamError):
+    """A command's event would make a Kafka record larger than the producer accepts (HTTP
+    413). It was refused before reaching the partition's writer: nothing was appended, and the
+    other commands of the partition were not affected.
+
+    Remedy (client): send smaller arguments. Remedy (operator): if such events are legitimate,
+    raise the producer's and the topic's message size limits and ``max_event_bytes`` together.
+    """

@@ -11,15 +11,18 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from foldstream import auth
 from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler
@@ -33,6 +36,7 @@ from foldstream.projections.runner import ProjectionRunner, query_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
+from foldstream.responses import error_response
 from foldstream.service import Service
 from foldstream.settings import Settings
 from foldstream.state.host import StoreHost
@@ -44,9 +48,21 @@ HOT_PATHS = ("/commands/{aggregate}/{aggregate_id}/{command}", "/stores/{store}/
 
 
 class Instance:
-    """Builds the ASGI app of ``service`` (found at import path ``service_path``)."""
+    """Builds the ASGI app of ``service`` (found at import path ``service_path``).
 
-    def __init__(self, *, service: Service, service_path: str, settings: Settings) -> None:
+    ``authentication``: the middleware requiring credentials, around every route (hot paths
+    included); by default the bearer token of ``settings`` and the service's own
+    (:func:`foldstream.auth.configured`).
+    """
+
+    def __init__(
+        self,
+        *,
+        service: Service,
+        service_path: str,
+        settings: Settings,
+        authentication: Sequence[Middleware] | None = None,
+    ) -> None:
         self.service = service
         self.service_path = service_path
         self.settings = settings
@@ -57,25 +73,37 @@ class Instance:
             command_counts=lambda: self.handler.counts() if self.handler else None,
             cluster=lambda: self.node.figures() if self.node else None,
         )
+        limits = settings.limits
         app = Starlette(
             routes=[
                 *command_routes(
-                    lambda: self._require(self.handler), lambda: self._require(self.node)
+                    lambda: self._require(self.handler),
+                    lambda: self._require(self.node),
+                    limits=limits,
                 ),
                 *query_routes(
                     lambda: self._require(self.readers),
                     lambda: self._require(self.node),
                     self.readiness,
                     lambda: self._require(self.node).snapshot(),
+                    limits=limits,
                 ),
                 Route("/metrics", self._metrics),
             ],
             lifespan=self._lifespan,
+            exception_handlers={HTTPException: _http_error},
         )
-        # The hot paths first: plain lookups, then commands and batch lookups; everything else
-        # through Starlette's middleware and router.
+        if authentication is None:
+            authentication = auth.configured(settings, service.authentication)
+        # The hot paths first: plain lookups (unless credentials may be needed for them), then
+        # credentials, then commands and batch lookups; everything else through Starlette's
+        # middleware and router.
         self.app = FastLookups(
-            DirectRoutes(app, HOT_PATHS), readers=lambda: self.readers, locator=lambda: self.node
+            auth.wrap(DirectRoutes(app, HOT_PATHS), authentication),
+            readers=lambda: self.readers,
+            locator=lambda: self.node,
+            limits=limits,
+            enabled=not any(auth.protects_queries(m) for m in authentication),
         )
 
     @staticmethod
@@ -132,6 +160,7 @@ class Instance:
                     linger_ms=settings.linger_ms,
                     fetch_wait_max_ms=settings.fetch_wait_max_ms,
                     transactional_id_prefix=events,
+                    max_record_bytes=settings.limits.max_event_bytes,
                 )
                 handler.start()
                 stack.callback(handler.close)
@@ -212,3 +241,9 @@ class Instance:
                 yield
             finally:
                 self.readers = self.node = self.handler = None
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """The router's 404 (no such path) and 405 (method not allowed) as JSON errors."""
+    assert isinstance(exc, HTTPException)
+    return error_response(exc.status_code, exc.detail, headers=dict(exc.headers or {}))

@@ -14,9 +14,11 @@ from typing import Literal, Protocol
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from foldstream.responses import error_response
+from foldstream.errors import InvalidRequest
+from foldstream.http_input import Params, count, last, query_params
+from foldstream.responses import NO_STORE, Answer, error_answer, to_response
 
 HOPS_PARAM = "hops"
 MAX_HOPS = 3
@@ -58,56 +60,50 @@ class Locator(Protocol):
         ...
 
 
-def unavailable(location: Unavailable) -> JSONResponse:
-    return JSONResponse(
-        {
-            "error": f"partition {location.partition}: {location.reason}",
-            "partition": location.partition,
-        },
-        status_code=503,
-        headers={"Retry-After": str(location.retry_after_s), "Cache-Control": "no-store"},
+def unavailable_answer(location: Unavailable) -> Answer:
+    """503 with ``Retry-After``: nobody can answer for ``location.partition`` right now."""
+    return error_answer(
+        503,
+        f"partition {location.partition}: {location.reason}",
+        [(b"retry-after", b"%d" % location.retry_after_s), NO_STORE],
+        partition=location.partition,
     )
+
+
+def redirect_answer(location: Redirect, raw_path: bytes, params: Params) -> Answer:
+    """307 to the same path and query on ``location.url``, counting hops: the one place a
+    redirect's ``Location`` is built. 503 after :data:`MAX_HOPS` hops (the members disagree
+    on the owner); :class:`~foldstream.errors.InvalidRequest` if ``hops`` is no count."""
+    hops = count(HOPS_PARAM, last(params, HOPS_PARAM)) or 0
+    if hops >= MAX_HOPS:
+        return unavailable_answer(
+            Unavailable(location.partition, f"members disagree on the owner after {hops} hops")
+        )
+    query = [(k, v) for k, v in params if k != HOPS_PARAM]
+    target = redirect_target(location.url, raw_path, query, hops + 1)
+    return Answer(307, [(b"location", target.encode("latin-1")), NO_STORE], b"")
+
+
+def unavailable(location: Unavailable) -> Response:
+    return to_response(unavailable_answer(location))
 
 
 def redirect(request: Request, location: Redirect) -> Response:
-    """307 to the same path and query on ``location.url``, counting hops (400 if the client
-    sent a ``hops`` that is not a non-negative integer)."""
-    raw = request.query_params.get(HOPS_PARAM, "0") or "0"
-    if not (raw.isascii() and raw.isdigit()):
-        return error_response(400, f"{HOPS_PARAM} must be a non-negative integer, got {raw!r}")
-    hops = int(raw)
-    if hops >= MAX_HOPS:
-        return unavailable(
-            Unavailable(location.partition, f"members disagree on the owner after {hops} hops")
-        )
-    query = [(k, v) for k, v in request.query_params.multi_items() if k != HOPS_PARAM]
+    """:func:`redirect_answer` for a Starlette request (400 if its ``hops`` is no count)."""
     # The raw path keeps the key's percent-encoding exactly as the client sent it.
     raw_path = request.scope.get("raw_path") or request.url.path.encode()
-    return Response(
-        status_code=307,
-        headers={
-            "Location": redirect_target(location.url, raw_path, query, hops + 1),
-            "Cache-Control": "no-store",
-        },
-    )
+    try:
+        answer = redirect_answer(location, raw_path, query_params(request.scope["query_string"]))
+    except InvalidRequest as exc:
+        answer = error_answer(exc.status, str(exc))
+    return to_response(answer)
 
 
-def redirect_target(url: str, raw_path: bytes, query: list[tuple[str, str]], hops: int) -> str:
+def redirect_target(url: str, raw_path: bytes, query: Params, hops: int) -> str:
     """``raw_path`` with ``query`` on the member at ``url``, counting ``hops``."""
     # Most redirects carry no other parameter: no need to pay urlencode's quoting for them.
     params = f"{urlencode(query)}&" if query else ""
     return f"{url.rstrip('/')}{raw_path.decode('latin-1')}?{params}{HOPS_PARAM}={hops:d}"
-
-
-def parse_max_lag(request: Request) -> int | None:
-    """The ``max_lag`` query parameter (standby reads allowed within it); ValueError if bad."""
-    raw = request.query_params.get("max_lag")
-    if raw is None:
-        return None
-    value = int(raw)
-    if value < 0:
-        raise ValueError("max_lag must be >= 0")
-    return value
 
 
 class LocalOnly:

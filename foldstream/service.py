@@ -15,19 +15,32 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from foldstream.domain import Aggregate, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
 from foldstream.projections import Projection
 
+if TYPE_CHECKING:
+    from starlette.middleware import Middleware
+
+    from foldstream.auth import Check
+
 
 @dataclass(frozen=True)
 class Service:
-    """Everything that defines a service's behaviour (its environment is in ``Settings``)."""
+    """Everything that defines a service's behaviour (its environment is in ``Settings``).
+
+    ``authentication``: who may send commands (and queries), checked on every request before
+    its route (``docs/http.md``): a check ``(request) -> bool`` (sync or async) for commands,
+    ``Middleware(RequireCredentials, check=..., queries=True)`` (:mod:`foldstream.auth`) to
+    choose what it protects, or a Starlette ``Middleware`` of any class of your own.
+    """
 
     name: str
     aggregates: Mapping[str, type[Aggregate]] = field(default_factory=dict)
     projections: Sequence[Projection] = ()
+    authentication: Check | Middleware | None = None
 
     def __post_init__(self) -> None:
         stores = [p.store for p in self.projections]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from foldstream.errors import ConfigurationError
+from foldstream.http_input import InputLimits
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 #: A member's URL as others redirect clients to it: http(s), no user info, whitespace or
@@ -62,6 +63,15 @@ class Settings:
     # Where the instance serves its open store partitions to the projection's Spark tasks:
     # loopback for a local master; an address the executors reach for a remote one.
     store_host: str = "127.0.0.1"
+    # How large the parts of an HTTP request may be (URL, keys, names, bodies, JSON depth).
+    limits: InputLimits = field(default_factory=InputLimits)
+    # A bearer token clients must send for commands (and for queries with auth_queries): given
+    # as it is, or in a file. Every member of a cluster needs the same one.
+    auth_token: str | None = field(default=None, repr=False)
+    auth_token_file: Path | None = None
+    auth_queries: bool = False
+    # Paths answered without credentials even when they are required.
+    auth_open_paths: tuple[str, ...] = ("/health", "/ready", "/metrics")
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -90,6 +100,12 @@ class Settings:
         object.__setattr__(self, "state_dir", Path(self.state_dir))
         if self.kafka_config is not None:
             object.__setattr__(self, "kafka_config", Path(self.kafka_config))
+        # Settings handed over as JSON (to granian's worker) come back as plain values.
+        if isinstance(self.limits, dict):
+            object.__setattr__(self, "limits", InputLimits(**self.limits))
+        if self.auth_token_file is not None:
+            object.__setattr__(self, "auth_token_file", Path(self.auth_token_file))
+        object.__setattr__(self, "auth_open_paths", tuple(self.auth_open_paths))
 
     def _check_replication(self) -> None:
         replication, min_insync = self.replication_factor, self.min_insync_replicas
@@ -146,6 +162,9 @@ class Settings:
             ("session_timeout_ms", int),
             ("store_host", str),
             ("ready_max_lag", int),
+            ("auth_token", str),
+            ("auth_token_file", Path),
+            ("auth_queries", _flag),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:
@@ -153,6 +172,12 @@ class Settings:
                     values[name] = kind(raw)
                 except ValueError as exc:
                     raise ConfigurationError(f"FOLDSTREAM_{name.upper()}={raw!r}: {exc}") from exc
+        if "FOLDSTREAM_AUTH_OPEN_PATHS" in env:
+            paths = env["FOLDSTREAM_AUTH_OPEN_PATHS"].split(",")
+            values["auth_open_paths"] = tuple(p.strip() for p in paths if p.strip())
+        limits = _limits_from_env(env)
+        if limits:
+            values["limits"] = InputLimits(**limits)
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "bootstrap_servers" not in values and values.get("kafka_config") is not None:
             from foldstream.kafka_properties import read_properties_file
@@ -171,3 +196,16 @@ def _flag(raw: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ValueError("not a boolean: use true or false")
+
+
+def _limits_from_env(env: os._Environ[str]) -> dict[str, int]:
+    """``FOLDSTREAM_MAX_URL_BYTES`` and the other :class:`InputLimits` fields, upper-cased."""
+    limits = {}
+    for limit in fields(InputLimits):
+        raw = env.get(f"FOLDSTREAM_{limit.name.upper()}")
+        if raw is not None:
+            try:
+                limits[limit.name] = int(raw)
+            except ValueError as exc:
+                raise ConfigurationError(f"FOLDSTREAM_{limit.name.upper()}={raw!r}: {exc}") from exc
+    return limits

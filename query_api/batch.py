@@ -10,30 +10,25 @@ nobody can answer right now (retry). One request amortises the HTTP cost over ma
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-
-from foldstream.errors import StoreNotFound
+from foldstream.errors import InvalidRequest
+from foldstream.http_input import InputLimits
 from foldstream.kafka import partitions_for
 from foldstream.query_api.stores import StoreReaders
-from foldstream.responses import error_response
 from foldstream.routing import Local, Locator, Redirect
 
-MAX_KEYS = 10_000
+
+class BadBatch(InvalidRequest):
+    """The body of a batch lookup is not a JSON list of at most ``max_batch_keys`` keys
+    (strings of at most ``max_key_bytes`` UTF-8 bytes). Remedy: send ``["<key>", ...]``,
+    splitting longer lists over several requests."""
 
 
-class BadBatch(ValueError):
-    """The body of a batch lookup is not a JSON list of at most :data:`MAX_KEYS` keys
-    (strings). Remedy: send ``["<key>", ...]``, splitting longer lists over several requests."""
-
-
-def _keys(body: bytes) -> list[bytes]:
+def _keys(body: bytes, limits: InputLimits) -> list[bytes]:
     """The UTF-8 bytes of the requested keys, each once; :class:`BadBatch` if the body is no
-    JSON list of at most :data:`MAX_KEYS` strings."""
+    JSON list of at most ``max_batch_keys`` strings of at most ``max_key_bytes``."""
     try:
         keys = json.loads(body)
     except ValueError as exc:
@@ -42,15 +37,18 @@ def _keys(body: bytes) -> list[bytes]:
         raise BadBatch("malformed JSON: nested too deeply") from None
     if not isinstance(keys, list):
         raise BadBatch(_NOT_KEYS)
-    if len(keys) > MAX_KEYS:
-        raise BadBatch(f"at most {MAX_KEYS} keys per request, got {len(keys)}")
+    if len(keys) > limits.max_batch_keys:
+        raise BadBatch(f"at most {limits.max_batch_keys} keys per request, got {len(keys)}")
     try:
         # str.encode refuses anything but a string (dict.fromkeys refused lists and objects).
-        return list(map(str.encode, dict.fromkeys(keys)))
+        raw = list(map(str.encode, dict.fromkeys(keys)))
     except TypeError:
         raise BadBatch(_NOT_KEYS) from None
     except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800"): no UTF-8 key has it
         raise BadBatch(f"keys must be valid Unicode: {exc}") from None
+    if raw and (longest := max(map(len, raw))) > limits.max_key_bytes:
+        raise BadBatch(f"a key is {longest} bytes long; at most {limits.max_key_bytes}")
+    return raw
 
 
 _NOT_KEYS = "the body must be a JSON list of keys (strings)"
@@ -67,12 +65,14 @@ def _decoded(keys: list[bytes]) -> list[str]:
     return [key.decode() for key in keys]
 
 
-def batch_answer(current: StoreReaders, route: Locator, store: str, body: bytes) -> bytes:
+def batch_answer(
+    current: StoreReaders, route: Locator, store: str, body: bytes, limits: InputLimits
+) -> bytes:
     """The JSON answer to a batch lookup of the keys in ``body`` from ``store``.
 
     Raises :class:`BadBatch` (a 400) or :class:`~foldstream.errors.StoreNotFound` (a 404).
     """
-    raw = _keys(body)
+    raw = _keys(body, limits)
     info = current.info(store)
     # A UTF-8 body of printable ASCII without escapes (UTF-16 and -32 hold NULs, and JSON
     # strings hold no raw control characters) has keys whose JSON is their bytes in quotes:
@@ -117,20 +117,3 @@ def batch_answer(current: StoreReaders, route: Locator, store: str, body: bytes)
         _json(elsewhere, b"{}"),
         _json(unavailable, b"[]"),
     )
-
-
-def batch_route(readers: Callable[[], StoreReaders], locator: Callable[[], Locator]) -> Route:
-    """``POST /stores/{store}/keys`` over the readers returned by ``readers()``."""
-
-    async def get_keys(request: Request) -> Response:
-        try:
-            body = batch_answer(
-                readers(), locator(), request.path_params["store"], await request.body()
-            )
-        except BadBatch as exc:
-            return error_response(400, str(exc))
-        except StoreNotFound as exc:
-            return error_response(404, str(exc))
-        return Response(body, media_type="application/json")
-
-    return Route("/stores/{store}/keys", get_keys, methods=["POST"])

@@ -1,8 +1,11 @@
-"""HTTP routes of the query side: stores, key lookups, owners, the cluster map, health."""
+"""HTTP routes of the query side: stores, key lookups, owners, the cluster map, health.
+
+Lookups and batch lookups are answered by :class:`~foldstream.query_api.answers.LookupAnswers`,
+which the fast paths use too: these routes only read the request and send its answer.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,11 +13,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from foldstream.errors import StoreNotFound
-from foldstream.query_api.batch import batch_route
+from foldstream.errors import InvalidRequest, StoreNotFound
+from foldstream.http_input import InputLimits
+from foldstream.query_api.answers import LookupAnswers, raw_path_of
 from foldstream.query_api.stores import StoreReaders
-from foldstream.responses import error_response
-from foldstream.routing import Local, Locator, Redirect, parse_max_lag, redirect, unavailable
+from foldstream.responses import error_answer, error_response, to_response
+from foldstream.routing import Locator
+
+#: What the router answers for a path no route takes (the instance sends it as JSON too).
+NOT_FOUND = error_answer(404, "Not Found")
 
 
 def query_routes(
@@ -22,13 +29,16 @@ def query_routes(
     locator: Callable[[], Locator],
     readiness: Callable[[], tuple[bool, dict[str, object]]],
     cluster: Callable[[], dict[str, Any]],
+    *,
+    limits: InputLimits | None = None,
 ) -> list[Route]:
     """Routes over the readers and locator returned by ``readers()`` and ``locator()`` (both
-    opened in the app's lifespan).
+    opened in the app's lifespan), within ``limits``.
 
     ``readiness()`` says whether this instance serves everything it owns, caught up;
     ``cluster()`` is the cluster map published for smart clients.
     """
+    answers = LookupAnswers(readers, locator, limits)
 
     async def list_stores(request: Request) -> JSONResponse:
         layout = readers().layout
@@ -42,46 +52,34 @@ def query_routes(
         )
 
     async def get_key(request: Request) -> Response:
-        store, key = request.path_params["store"], request.path_params["key"]
-        try:
-            max_lag = parse_max_lag(request)
-        except ValueError as exc:
-            return error_response(400, f"max_lag must be a non-negative integer: {exc}")
-        stores = readers()
-        try:
-            info = stores.info(store)
-        except StoreNotFound as exc:
-            return error_response(404, str(exc))
-        raw_key = key.encode()
-        partition = stores.partition(store, raw_key)
-        location = locator().locate(info.topic, partition, max_lag=max_lag)
-        if isinstance(location, Redirect):
-            return redirect(request, location)
-        if not isinstance(location, Local):
-            return unavailable(location)
-        value = stores.get(store, partition, raw_key, standby=location.role == "standby")
-        served_by = served_by_json(location, partition)
-        if value is None:
-            body = (
-                b'{"error":'
-                + json.dumps(f"no key {key!r} in store {store!r}").encode()
-                + b',"served_by":'
-                + served_by
-                + b"}"
-            )
-            return Response(body, status_code=404, media_type="application/json")
-        return Response(found_body(key, value, served_by), media_type="application/json")
+        scope = request.scope
+        return to_response(answers.lookup(raw_path_of(scope), scope["query_string"]) or NOT_FOUND)
 
-    async def owners(request: Request) -> JSONResponse:
-        store, key = request.path_params["store"], request.path_params["key"]
+    async def get_keys(request: Request) -> Response:
+        scope = request.scope
+        try:
+            body = await answers.limits.read_body(request)
+        except InvalidRequest as exc:
+            return error_response(exc.status, str(exc))
+        answer = answers.batch(raw_path_of(scope), scope["query_string"], body)
+        return to_response(answer or NOT_FOUND)
+
+    async def owners(request: Request) -> Response:
+        try:
+            target = answers.owner_target(raw_path_of(request.scope), request.scope["query_string"])
+        except InvalidRequest as exc:
+            return error_response(exc.status, str(exc))
+        if target is None:
+            return to_response(NOT_FOUND)
+        store, key = target
         stores = readers()
         try:
             info = stores.info(store)
         except StoreNotFound as exc:
             return error_response(404, str(exc))
-        partition = stores.partition(store, key.encode())
+        partition = stores.partition(store, key)
         owner = cluster_partition(cluster(), info.topic, partition)
-        return JSONResponse({"store": store, "key": key, "partition": partition, **owner})
+        return JSONResponse({"store": store, "key": key.decode(), "partition": partition, **owner})
 
     async def cluster_map(request: Request) -> JSONResponse:
         return JSONResponse(cluster())
@@ -98,36 +96,10 @@ def query_routes(
         Route("/stores/{store}/keys/{key:path}", get_key),
         Route("/stores/{store}/owners/{key:path}", owners),
         Route("/cluster", cluster_map),
-        batch_route(readers, locator),
+        Route("/stores/{store}/keys", get_keys, methods=["POST"]),
         Route("/health", health),
         Route("/ready", ready),
     ]
-
-
-def served_by_json(location: Local, partition: int) -> bytes:
-    """The ``served_by`` object of a lookup answered here: instance, role, partition, lag."""
-    return json.dumps(
-        {
-            "instance": location.instance,
-            "role": location.role,
-            "partition": partition,
-            "lag": location.lag,
-        }
-    ).encode()
-
-
-def found_body(key: str, value: bytes, served_by: bytes) -> bytes:
-    """The body of a lookup's 200 answer. The stored bytes are JSON already: they are answered
-    without decoding and re-encoding them."""
-    return (
-        b'{"key":'
-        + json.dumps(key).encode()
-        + b',"value":'
-        + value
-        + b',"served_by":'
-        + served_by
-        + b"}"
-    )
 
 
 def cluster_partition(cluster: dict[str, Any], topic: str, partition: int) -> dict[str, Any]:

@@ -14,11 +14,19 @@ Batch lookups save the same per request: a 1-key batch on an instance serving 1M
 90–97 µs of the instance's CPU answered here, 130–135 µs through the cycle (separate runs).
 
 Only the requests :meth:`FastLookups.answer` and :meth:`FastLookups.answer_batch` answer take
-this path (a batch only with a ``content-length`` of at most :data:`MAX_BATCH_BODY`), and only
-on a kept-alive HTTP/1.1 connection with no request in progress on it; everything else (and
-anything the fast path fails on) goes to the app through uvicorn's own handling. The class
-extends uvicorn's ``HttpToolsProtocol``, whose internals it relies on: uvicorn is pinned, and
-``tests/test_lookup_protocol.py`` compares both paths byte for byte over real sockets.
+this path (a batch only with a ``content-length`` of at most :data:`MAX_BATCH_BODY` and the
+body limit), and only on a kept-alive HTTP/1.1 connection with no request in progress on it,
+while the fast path is on; everything else (and anything the fast path fails on) goes to the
+app through uvicorn's own handling. The answers are built where the routes build theirs
+(:mod:`foldstream.query_api.answers`), with the same limits.
+
+The protocol also bounds the URL of every request (uvicorn's httptools protocol buffers any
+length): one longer than the limit is answered 414 and its connection closed, before the rest
+of the request is read.
+
+The class extends uvicorn's ``HttpToolsProtocol``, whose internals it relies on: uvicorn is
+pinned, and ``tests/test_lookup_protocol.py`` compares both paths byte for byte over real
+sockets.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ from typing import Any, ClassVar
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from foldstream.query_api.fast_lookup import Answer, FastLookups
+from foldstream.query_api.fast_lookup import FastLookups
+from foldstream.responses import Answer, error_answer
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +67,35 @@ class LookupProtocol(HttpToolsProtocol):
 
     lookups: ClassVar[FastLookups]
     #: The body of a batch lookup being read here (None: no such request in progress), and
-    #: its path.
+    #: its raw path.
     _batch: list[bytes] | None = None
-    _batch_path = ""
+    _batch_path = b""
     #: A graceful shutdown came while a batch was read: answer it, then close (as uvicorn
     #: does for a request in progress).
     _close_after_batch = False
+    #: The answer to a request refused while its head was read (its URL too long): sent in
+    #: place of uvicorn's 400 for a request it could not parse.
+    _refused: Answer | None = None
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        limit = self.lookups.answers.limits.max_url_bytes
+        if len(self.url) > limit:
+            self._refused = error_answer(414, f"the URL is longer than {limit} bytes")
+            raise ValueError("URL too long")  # stops the parser: uvicorn answers 400, see below
+
+    def send_400_response(self, msg: str) -> None:
+        refused, self._refused = self._refused, None
+        if refused is None:
+            super().send_400_response(msg)
+            return
+        status, headers, body = refused
+        head = [STATUS_LINE[status]]
+        for name, value in (*self.server_state.default_headers, *headers):
+            head += (name, b": ", value, b"\r\n")
+        head += (b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body), body)
+        self.transport.write(b"".join(head))
+        self.transport.close()
 
     def on_message_begin(self) -> None:
         # A request answered here armed the keep-alive timer from inside the parser: the next
@@ -102,7 +134,9 @@ class LookupProtocol(HttpToolsProtocol):
             return
         body, self._batch = b"".join(self._batch), None
         try:
-            answer = self.lookups.answer_batch(self._batch_path, body)
+            answer = self.lookups.answer_batch(
+                self._batch_path, httptools.parse_url(self.url).query or b"", body
+            )
         except Exception:
             log.debug("batch fast path failed; left to the app", exc_info=True)
             answer = None
@@ -142,7 +176,8 @@ class LookupProtocol(HttpToolsProtocol):
         its connection, under none of the options the fast path does not implement."""
         parser = self.parser
         return not (
-            parser.get_http_version() != "1.1"
+            not self.lookups.enabled
+            or parser.get_http_version() != "1.1"
             or not parser.should_keep_alive()
             or parser.should_upgrade()
             or self.expect_100_continue
@@ -153,32 +188,24 @@ class LookupProtocol(HttpToolsProtocol):
             or (self.cycle is not None and not self.cycle.response_complete)
         )
 
-    def _batch_lookup_path(self) -> str | None:
-        """The path of a batch lookup whose body is read here: one of known, small length."""
+    def _batch_lookup_path(self) -> bytes | None:
+        """The raw path of a batch lookup whose body is read here: one of known, small
+        length (larger ones are read, and refused beyond the limit, by the app)."""
         length = None
         for name, value in self.headers:
             if name == b"transfer-encoding":
                 return None
             if name == b"content-length":
                 length = value
-        if length is None or not length.isdigit() or int(length) > MAX_BATCH_BODY:
+        limit = min(MAX_BATCH_BODY, self.lookups.answers.limits.max_body_bytes)
+        if length is None or not length.isdigit() or len(length) > 9 or int(length) > limit:
             return None
-        raw_path = httptools.parse_url(self.url).path
-        if b"%" in raw_path or not raw_path.endswith(b"/keys"):
-            return None
-        return raw_path.decode("ascii")
+        raw_path: bytes = httptools.parse_url(self.url).path
+        return raw_path if raw_path.endswith(b"/keys") else None
 
     def _lookup_answer(self) -> Answer | None:
         url = httptools.parse_url(self.url)
-        raw_path = url.path
-        if b"%" in raw_path:
-            return None  # percent-decoding is left to uvicorn
-        try:
-            return self.lookups.answer(raw_path.decode("ascii"), raw_path, url.query or b"")
-        except Exception:
-            # The app answers the same request next, and reports what failed (a 500).
-            log.debug("lookup fast path failed; left to the app", exc_info=True)
-            return None
+        return self.lookups.answer(url.path, url.query or b"")
 
 
 def lookup_protocol(lookups: FastLookups) -> type[LookupProtocol]:

@@ -12,9 +12,9 @@ import pytest
 from starlette.applications import Starlette
 
 from foldstream.direct_routes import DirectRoutes
+from foldstream.http_input import InputLimits
 from foldstream.kafka import partition_for
 from foldstream.query_api import StoreReaders, query_routes
-from foldstream.query_api.batch import MAX_KEYS
 from foldstream.query_api.stores import StoreInfo
 from foldstream.routing import LocalOnly
 from foldstream.state import RocksDBWriter, partition_path
@@ -112,9 +112,10 @@ def test_batch_returns_stored_values_and_missing_keys(tmp_path: Path, direct: bo
         ):
             status, body = call(app, "POST", "/stores/kv/keys", bad)
             assert status == 400 and body["error"], bad
-        too_many = json.dumps([f"k{n}" for n in range(MAX_KEYS + 1)]).encode()
+        max_keys = InputLimits().max_batch_keys
+        too_many = json.dumps([f"k{n}" for n in range(max_keys + 1)]).encode()
         status, body = call(app, "POST", "/stores/kv/keys", too_many)
-        assert status == 400 and str(MAX_KEYS) in body["error"]
+        assert status == 400 and str(max_keys) in body["error"]
     finally:
         readers.close()
 

@@ -45,10 +45,11 @@ def new_topic(broker: EmbeddedBroker) -> str:
 def handlers(
     broker: EmbeddedBroker, topic: str, count: int, **options: Any
 ) -> Iterator[list[CommandHandler]]:
-    """``count`` started handlers of the inventory service on ``topic``, closed afterwards."""
+    """``count`` started handlers of the inventory service (or of ``aggregates=``) on
+    ``topic``, closed afterwards."""
+    options.setdefault("aggregates", service.aggregates)
     made = [
         CommandHandler(
-            aggregates=service.aggregates,
             bootstrap=broker.bootstrap,
             topic=topic,
             partitions=PARTITIONS,

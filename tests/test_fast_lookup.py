@@ -39,21 +39,34 @@ def test_fast_path_answers_found_keys_and_passes_everything_else_on(tmp_path: Pa
         assert passed_on == [], "found keys of active partitions are answered by the fast path"
 
         owned.discard(partition_for(b"a", 2))
-        others = [
+        lookups = [
             ("/stores/kv/keys/zz", b""),  # missing: 404 with served_by
             ("/stores/nope/keys/a", b""),  # unknown store
             ("/stores/kv/keys/a", b""),  # partition not owned: 503
-            ("/stores/kv/keys/c", b"max_lag=x"),  # query parameters: the route parses them
+            ("/stores/kv/keys/c", b"max_lag=x"),  # 400
             ("/stores/kv/keys/c", b"hops=1&max_lag=0"),
-            ("/stores/kv/keys/c", b"hops=x"),  # 400 from the route
+            ("/stores/kv/keys/c", b"hops=x"),  # 400
             ("/stores/kv/keys/", b""),
+            ("/stores/kv/keys/%FF", b""),  # not UTF-8: 400, never U+FFFD
+            ("/stores/%FE/keys/a", b""),
+            ("/stores/kv/keys/" + "k" * 5000, b""),  # key too long: 400
+            ("/stores/kv/keys/c", b"x=" + b"y" * 9000),  # URL too long: 414
+            ("/stores/kv/keys/c", b"max_lag=" + b"9" * 5000),  # 400, not parsed
+            ("/stores/kv/keys/c", b"hops=" + b"9" * 5000),
         ]
-        for path, query in others:
+        for path, query in lookups:
             passed_on.clear()
-            answer = call(fast, "GET", path, b"", query)
-            assert answer == call(routes, "GET", path, b"", query), path
+            answer = call(fast, "GET", path, b"", query, raw=True)
+            assert answer == call(routes, "GET", path, b"", query, raw=True), path
+            assert answer[0] != 500, (path, answer)
+            assert passed_on == [], path
+        for path in ("/stores", "/health", "/stores/kv/owners/a", "/stores/a%2Fb/keys/c"):
+            passed_on.clear()
+            call(fast, "GET", path, b"")
             assert passed_on == [path], path
         assert call(fast, "GET", "/stores/kv/keys/a", b"")[0] == 503
+        statuses = [call(fast, "GET", path, b"", query)[0] for path, query in lookups[6:]]
+        assert statuses == [404, 400, 400, 400, 414, 400, 400]
     finally:
         readers.close()
 

@@ -39,7 +39,7 @@ def test_too_many_hops_is_503_with_retry_after():
     assert response.headers["retry-after"] == "1"
 
 
-@pytest.mark.parametrize("hops", ["x", "-1", "1.5", "²"])
+@pytest.mark.parametrize("hops", ["x", "-1", "1.5", "²", "9" * 5000, "1_0"])
 def test_a_malformed_hop_counter_is_400(hops: str):
     response = redirect(_request(f"hops={hops}"), Redirect(2, "http://127.0.0.1:8001"))
     assert response.status_code == 400

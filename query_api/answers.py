@@ -1,0 +1,169 @@
+"""Every answer to a lookup, built in one place: ``GET /stores/{store}/keys/{key}`` (200, 307,
+400, 404, 414, 503) and ``POST /stores/{store}/keys`` (a batch: 200, 400, 404, 413, 414).
+
+The Starlette routes (:mod:`.http`), the ASGI fast path (:mod:`.fast_lookup`) and the uvicorn
+protocol (:mod:`.lookup_protocol`) all hand the raw request (path as sent, query string, body)
+to :class:`LookupAnswers` and send the :class:`~foldstream.responses.Answer` it returns, so
+they check the same limits and send the same bytes. Names and keys are percent-decoded here,
+strictly: a key that is not UTF-8 (``%FF``) is refused, never replaced by U+FFFD.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from foldstream.errors import InvalidRequest, StoreNotFound
+from foldstream.http_input import InputLimits, count, last, query_params
+from foldstream.query_api.batch import batch_answer
+from foldstream.query_api.stores import StoreReaders
+from foldstream.responses import JSON_TYPE, Answer, error_answer
+from foldstream.routing import (
+    HOPS_PARAM,
+    Local,
+    Locator,
+    Redirect,
+    redirect_answer,
+    unavailable_answer,
+)
+
+_STORES = b"/stores/"
+_SAFE_IN_PATH = "/:@!$&'()*+,;=-._~"
+
+
+def raw_path_of(scope: dict[str, Any]) -> bytes:
+    """The request's path as the client sent it (percent-encoded), from an ASGI scope."""
+    raw = scope.get("raw_path")
+    return raw if raw else quote(scope["path"], safe=_SAFE_IN_PATH).encode("ascii")
+
+
+def store_path(raw_path: bytes, kind: bytes) -> tuple[bytes, bytes] | None:
+    """``(store, rest)`` of ``/stores/{store}/{kind}...`` (both still percent-encoded; ``rest``
+    what follows ``kind``); None for any other path, or a store name holding ``%2F``."""
+    if not raw_path.startswith(_STORES):
+        return None
+    store, slash, rest = raw_path[len(_STORES) :].partition(b"/")
+    if not store or not slash or not rest.startswith(kind) or b"%2f" in store.lower():
+        return None  # decoded, its path has another shape: the routes see another path
+    return store, rest[len(kind) :]
+
+
+class LookupAnswers:
+    """Answers lookups from the stores ``readers()`` returns and the ``locator()`` (the
+    instance's; either raises RuntimeError, or is None, until the instance started)."""
+
+    def __init__(
+        self,
+        readers: Callable[[], StoreReaders | None],
+        locator: Callable[[], Locator | None],
+        limits: InputLimits | None = None,
+    ) -> None:
+        self.readers = readers
+        self.locator = locator
+        self.limits = limits or InputLimits()
+
+    def _started(self) -> tuple[StoreReaders, Locator]:
+        stores, locator = self.readers(), self.locator()
+        if stores is None or locator is None:
+            raise RuntimeError("the instance is not started")
+        return stores, locator
+
+    def lookup(self, raw_path: bytes, query_string: bytes) -> Answer | None:
+        """The answer to ``GET raw_path?query_string``; None if it is no lookup's path."""
+        target = store_path(raw_path, b"keys/")
+        if target is None:
+            return None
+        try:
+            return self._lookup(raw_path, query_string, *target)
+        except InvalidRequest as exc:
+            return error_answer(exc.status, str(exc))
+
+    def _lookup(
+        self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
+    ) -> Answer:
+        limits = self.limits
+        limits.check_url(raw_path, query_string)
+        store = limits.name(raw_store, "store name")
+        key = limits.key(raw_key)
+        params = query_params(query_string)
+        max_lag = count("max_lag", last(params, "max_lag"))
+        count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
+        stores, locator = self._started()
+        try:
+            info = stores.info(store)
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
+        partition = stores.partition(store, key)
+        location = locator.locate(info.topic, partition, max_lag=max_lag)
+        if isinstance(location, Redirect):
+            return redirect_answer(location, raw_path, params)
+        if not isinstance(location, Local):
+            return unavailable_answer(location)
+        value = stores.get(store, partition, key, standby=location.role == "standby")
+        served_by = served_by_json(location, partition)
+        if value is None:
+            body = (
+                b'{"error":'
+                + json.dumps(f"no key {key.decode()!r} in store {store!r}").encode()
+                + b',"served_by":'
+                + served_by
+                + b"}"
+            )
+            return Answer(404, [JSON_TYPE], body)
+        return Answer(200, [JSON_TYPE], found_body(key.decode(), value, served_by))
+
+    def batch(self, raw_path: bytes, query_string: bytes, body: bytes) -> Answer | None:
+        """The answer to a batch lookup, ``POST raw_path`` of ``body``; None if ``raw_path``
+        is no store's batch path."""
+        target = store_path(raw_path, b"keys")
+        if target is None or target[1]:
+            return None
+        limits = self.limits
+        try:
+            limits.check_url(raw_path, query_string)
+            store = limits.name(target[0], "store name")
+            if len(body) > limits.max_body_bytes:
+                raise InvalidRequest(limits.too_large(len(body)), status=413)
+            stores, locator = self._started()
+            return Answer(200, [JSON_TYPE], batch_answer(stores, locator, store, body, limits))
+        except InvalidRequest as exc:
+            return error_answer(exc.status, str(exc))
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
+
+    def owner_target(self, raw_path: bytes, query_string: bytes) -> tuple[str, bytes] | None:
+        """The store name and key of ``GET /stores/{store}/owners/{key}`` (InvalidRequest if
+        either breaks a rule); None if it is no such path."""
+        target = store_path(raw_path, b"owners/")
+        if target is None:
+            return None
+        self.limits.check_url(raw_path, query_string)
+        return self.limits.name(target[0], "store name"), self.limits.key(target[1])
+
+
+def served_by_json(location: Local, partition: int) -> bytes:
+    """The ``served_by`` object of a lookup answered here: instance, role, partition, lag."""
+    return json.dumps(
+        {
+            "instance": location.instance,
+            "role": location.role,
+            "partition": partition,
+            "lag": location.lag,
+        }
+    ).encode()
+
+
+def found_body(key: str, value: bytes, served_by: bytes) -> bytes:
+    """The body of a lookup's 200 answer. The stored bytes are JSON already: they are answered
+    without decoding and re-encoding them."""
+    return (
+        b'{"key":'
+        + json.dumps(key).encode()
+        + b',"value":'
+        + value
+        + b',"served_by":'
+        + served_by
+        + b"}"
+    )
