@@ -87,6 +87,17 @@ def serve(
         int | None,
         typer.Option(help="GET /ready is 200 only within this many records of the source (1000)"),
     ] = None,
+    auth_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="file holding the bearer token commands need [env: FOLDSTREAM_AUTH_TOKEN_FILE,"
+            " or the token itself in FOLDSTREAM_AUTH_TOKEN]"
+        ),
+    ] = None,
+    auth_queries: Annotated[
+        bool | None,
+        typer.Option(help="require the token for queries too [env: FOLDSTREAM_AUTH_QUERIES]"),
+    ] = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
     from foldstream.kafka_client import configure as configure_kafka_clients
@@ -116,6 +127,8 @@ def serve(
         standby_replicas=standbys,
         session_timeout_ms=session_timeout_ms,
         ready_max_lag=ready_max_lag,
+        auth_token_file=auth_token_file,
+        auth_queries=auth_queries,
     )
     # Before the server starts: a bad client property, a rejected credential or a missing
     # topic is one error line, not a failed application startup.

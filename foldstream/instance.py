@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -29,6 +29,7 @@ from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
 from foldstream.direct_routes import DirectRoutes
+from foldstream.http_input import InputLimits
 from foldstream.kafka_client import configure as configure_kafka_clients
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
@@ -37,6 +38,7 @@ from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
 from foldstream.responses import error_response
+from foldstream.routing import Locator
 from foldstream.service import Service
 from foldstream.settings import Settings
 from foldstream.state.host import StoreHost
@@ -95,15 +97,12 @@ class Instance:
         )
         if authentication is None:
             authentication = auth.configured(settings, service.authentication)
-        # The hot paths first: plain lookups (unless credentials may be needed for them), then
-        # credentials, then commands and batch lookups; everything else through Starlette's
-        # middleware and router.
-        self.app = FastLookups(
-            auth.wrap(DirectRoutes(app, HOT_PATHS), authentication),
+        self.app = front(
+            app,
             readers=lambda: self.readers,
             locator=lambda: self.node,
             limits=limits,
-            enabled=not any(auth.protects_queries(m) for m in authentication),
+            authentication=authentication,
         )
 
     @staticmethod
@@ -241,6 +240,28 @@ class Instance:
                 yield
             finally:
                 self.readers = self.node = self.handler = None
+
+
+def front(
+    app: Starlette,
+    *,
+    readers: Callable[[], StoreReaders | None],
+    locator: Callable[[], Locator | None],
+    limits: InputLimits,
+    authentication: Sequence[Middleware],
+    hot_paths: Collection[str] = HOT_PATHS,
+) -> FastLookups:
+    """What a request meets before ``app``'s middleware and router: plain lookups are answered
+    first (unless ``authentication`` may require credentials for them), then ``authentication``
+    checks credentials, then commands and batch lookups go straight to their routes
+    (``hot_paths``); everything else goes through Starlette."""
+    return FastLookups(
+        auth.wrap(DirectRoutes(app, hot_paths), authentication),
+        readers=readers,
+        locator=locator,
+        limits=limits,
+        enabled=not any(auth.protects_queries(m) for m in authentication),
+    )
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
