@@ -4,8 +4,6 @@ real uvicorn servers (the instance's own front, :func:`foldstream.instance.front
 from __future__ import annotations
 
 import json
-import socket
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -26,22 +24,10 @@ from foldstream.settings import Settings
 from foldstream.testing.asgi import uvicorn_thread
 from tests.test_batch_lookups import write_store
 from tests.test_fast_lookup import OwnsPartitionZero
+from tests.test_hostile_http import exchange
 from tests.test_lookup_protocol import _key
 
 TOKEN = "s3cret-token"
-
-
-def _exchange(url: str, request: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
-    address = urllib.parse.urlsplit(url)
-    with socket.create_connection((address.hostname, address.port), timeout=10) as connection:
-        connection.sendall(request)
-        reader = connection.makefile("rb")
-        status = int(reader.readline().split()[1])
-        headers = {}
-        while (line := reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.rstrip(b"\r\n").partition(b": ")
-            headers[name.lower()] = value
-        return status, headers, reader.read(int(headers.get(b"content-length", b"0")))
 
 
 def _get(path: str, authorization: str | None = None) -> bytes:
@@ -108,15 +94,15 @@ def _lookup_path() -> str:
 def test_commands_need_the_token_and_lookups_stay_on_the_fast_path(served: Any) -> None:
     serve, reached = served
     url = serve(configured(Settings(auth_token=TOKEN), None))
-    status, headers, body = _exchange(url, _post("/commands/product/a/sell", b"{}"))
+    status, headers, body = exchange(url, _post("/commands/product/a/sell", b"{}"))
     assert status == 401 and b"Authorization" in json.loads(body)["error"].encode()
     assert headers[b"www-authenticate"] == b'Bearer realm="foldstream"'
-    wrong = _exchange(url, _post("/commands/product/a/sell", b"{}", "Bearer nope"))
+    wrong = exchange(url, _post("/commands/product/a/sell", b"{}", "Bearer nope"))
     assert wrong[0] == 401
     # With the token the request passes the middleware (no command route here: 404).
-    assert _exchange(url, _post("/commands/product/a/sell", b"{}", f"Bearer {TOKEN}"))[0] == 404
+    assert exchange(url, _post("/commands/product/a/sell", b"{}", f"Bearer {TOKEN}"))[0] == 404
     reached.clear()
-    assert _exchange(url, _get(_lookup_path()))[0] == 200
+    assert exchange(url, _get(_lookup_path()))[0] == 200
     assert reached == []  # answered in the protocol, as without authentication
 
 
@@ -124,16 +110,16 @@ def test_queries_protected_turn_the_fast_paths_off(served: Any) -> None:
     serve, reached = served
     url = serve(configured(Settings(auth_token=TOKEN, auth_queries=True), None))
     for request in (_get(_lookup_path()), _post("/stores/kv/keys", b'["k-0"]'), _get("/stores")):
-        status, _, body = _exchange(url, request)
+        status, _, body = exchange(url, request)
         assert status == 401, (request, body)
     reached.clear()
-    status, _, body = _exchange(url, _get(_lookup_path(), f"Bearer {TOKEN}"))
+    status, _, body = exchange(url, _get(_lookup_path(), f"Bearer {TOKEN}"))
     assert status == 200 and json.loads(body)["key"] == _key(0)
     assert reached == [_lookup_path()]  # through the app, past the middleware
-    status, _, body = _exchange(url, _post("/stores/kv/keys", b'["k-0"]', f"Bearer {TOKEN}"))
+    status, _, body = exchange(url, _post("/stores/kv/keys", b'["k-0"]', f"Bearer {TOKEN}"))
     assert status == 200 and "k-0" in json.dumps(json.loads(body))
     for path in ("/health", "/ready"):
-        assert _exchange(url, _get(path))[0] == 200, path
+        assert exchange(url, _get(path))[0] == 200, path
 
 
 def test_a_service_plugs_its_own_check_or_middleware(served: Any) -> None:
@@ -144,9 +130,9 @@ def test_a_service_plugs_its_own_check_or_middleware(served: Any) -> None:
 
     check = Middleware(RequireCredentials, check=only_alice, queries=True, open_paths=())
     url = serve([check])
-    assert _exchange(url, _get("/health"))[0] == 401  # no open paths
+    assert exchange(url, _get("/health"))[0] == 401  # no open paths
     alice = f"GET {_lookup_path()} HTTP/1.1\r\nHost: x\r\nX-User: alice\r\n\r\n".encode()
-    assert _exchange(url, alice)[0] == 200
+    assert exchange(url, alice)[0] == 200
 
     class Deny:  # any middleware class of the service's own
         def __init__(self, app: Any) -> None:
@@ -161,9 +147,9 @@ def test_a_service_plugs_its_own_check_or_middleware(served: Any) -> None:
 
     assert protects_queries(Middleware(Deny))  # unknown: the fast paths step aside
     url = serve([Middleware(Deny)])
-    assert _exchange(url, _get(_lookup_path()))[0] == 403
+    assert exchange(url, _get(_lookup_path()))[0] == 403
     reached.clear()
-    assert _exchange(url, _get(f"/stores/kv/keys/{_key(1)}"))[0] == 307
+    assert exchange(url, _get(f"/stores/kv/keys/{_key(1)}"))[0] == 307
     assert reached == [f"/stores/kv/keys/{_key(1)}"]  # through the app: no fast path
 
 

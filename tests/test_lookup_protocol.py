@@ -297,3 +297,21 @@ def test_a_request_pipelined_after_one_answered_here_is_not_cut_by_the_keep_aliv
                 assert answers[1][2] == b"slow"
     finally:
         readers.close()
+
+
+def test_a_url_over_the_limit_is_414_before_the_rest_is_read(
+    servers: tuple[str, str, list[str]],
+) -> None:
+    """uvicorn's own protocol buffers a URL of any length; the lookup protocol stops at the
+    limit, answers 414 and closes the connection, whatever the path."""
+    plain, fast, passed_on = servers
+    long_lookup = _get("/stores/kv/keys/" + "k" * 20_000)
+    for request in (long_lookup, _get("/health?" + "x" * 20_000)):
+        passed_on.clear()
+        status, headers, body = _exchange(fast, request)[0]
+        assert status == b"HTTP/1.1 414 Request-URI Too Long", body
+        assert headers[b"connection"] == b"close"
+        assert "longer than 8192 bytes" in json.loads(body)["error"]
+        assert passed_on == []
+    # Through uvicorn's protocol the app refuses the same lookup, after reading it all.
+    assert _exchange(plain, long_lookup)[0][0] == b"HTTP/1.1 414 Request-URI Too Long"
