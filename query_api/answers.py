@@ -45,7 +45,9 @@ def store_path(raw_path: bytes, kind: bytes) -> tuple[bytes, bytes] | None:
     if not raw_path.startswith(_STORES):
         return None
     store, slash, rest = raw_path[len(_STORES) :].partition(b"/")
-    if not store or not slash or not rest.startswith(kind) or b"%2f" in store.lower():
+    if not store or not slash or not rest.startswith(kind):
+        return None
+    if b"%" in store and b"%2f" in store.lower():
         return None  # decoded, its path has another shape: the routes see another path
     return store, rest[len(kind) :]
 
@@ -63,6 +65,8 @@ class LookupAnswers:
         self.readers = readers
         self.locator = locator
         self.limits = limits or InputLimits()
+        #: Store names as sent (percent-encoded) -> decoded, for the stores that exist.
+        self._names: dict[bytes, str] = {}
 
     def _started(self) -> tuple[StoreReaders, Locator]:
         stores, locator = self.readers(), self.locator()
@@ -84,17 +88,24 @@ class LookupAnswers:
         self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
     ) -> Answer:
         limits = self.limits
-        limits.check_url(raw_path, query_string)
-        store = limits.name(raw_store, "store name")
-        key = limits.key(raw_key)
-        params = query_params(query_string)
-        max_lag = count("max_lag", last(params, "max_lag"))
-        count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
+        if len(raw_path) + len(query_string) > limits.max_url_bytes:
+            limits.check_url(raw_path, query_string)  # raises
+        store = self._names.get(raw_store) or limits.name(raw_store, "store name")
+        if raw_key.isascii() and b"%" not in raw_key and len(raw_key) <= limits.max_key_bytes:
+            key = raw_key  # as limits.key() would have it, for fewer calls on the hot path
+        else:
+            key = limits.key(raw_key)
+        params, max_lag = [], None
+        if query_string:  # most lookups have none: spared the parsing
+            params = query_params(query_string)
+            max_lag = count("max_lag", last(params, "max_lag"))
+            count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
         stores, locator = self._started()
         try:
             info = stores.info(store)
         except StoreNotFound as exc:
             return error_answer(404, str(exc))
+        self._names[raw_store] = store  # a store's: the cache stays as small as the layout
         partition = stores.partition(store, key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if isinstance(location, Redirect):
