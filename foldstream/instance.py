@@ -31,6 +31,7 @@ from foldstream.commands.ownership import CommandPartitions
 from foldstream.direct_routes import DirectRoutes
 from foldstream.http_input import InputLimits
 from foldstream.kafka_client import configure as configure_kafka_clients
+from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
 from foldstream.projections.runner import ProjectionRunner, query_name
@@ -159,7 +160,7 @@ class Instance:
                     linger_ms=settings.linger_ms,
                     fetch_wait_max_ms=settings.fetch_wait_max_ms,
                     transactional_id_prefix=events,
-                    max_record_bytes=settings.limits.max_event_bytes,
+                    max_record_bytes=event_bytes_limit(settings.limits),
                 )
                 handler.start()
                 stack.callback(handler.close)
@@ -262,6 +263,15 @@ def front(
         limits=limits,
         enabled=not any(auth.protects_queries(m) for m in authentication),
     )
+
+
+def event_bytes_limit(limits: InputLimits) -> int:
+    """The largest event record a command may append: ``max_event_bytes``, lowered to fit a
+    ``message.max.bytes`` configured below librdkafka's default (less room for framing)."""
+    configured = kafka_properties().get("message.max.bytes", "")
+    if not configured.isdigit():
+        return limits.max_event_bytes
+    return min(limits.max_event_bytes, int(configured) - 1_024)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 from starlette.applications import Starlette
 
+from foldstream import kafka_client
 from foldstream.broker import EmbeddedBroker
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.domain import Aggregate, command, event
 from foldstream.examples.inventory import service
 from foldstream.http_input import InputLimits
+from foldstream.instance import event_bytes_limit
 from foldstream.routing import Local, Location, Redirect
 from foldstream.testing.asgi import uvicorn_thread
 from tests.test_command_ownership import PARTITIONS, events_in, handlers, key_in, new_topic
@@ -184,3 +186,14 @@ def test_a_redirect_with_a_huge_hop_count_is_400(broker: EmbeddedBroker) -> None
             status, headers, _ = web.send("/commands/product/x/sell?hops=1", {})
             assert status == 307
             assert headers["location"] == "http://127.0.0.1:9/commands/product/x/sell?hops=2"
+
+
+def test_the_event_limit_follows_a_lower_message_max_bytes() -> None:
+    before = kafka_client.installed()
+    try:
+        kafka_client.install({**before, "message.max.bytes": "500000"})
+        assert event_bytes_limit(InputLimits()) == 500_000 - 1_024
+        kafka_client.install({**before, "message.max.bytes": "5000000"})  # raise both together
+        assert event_bytes_limit(InputLimits()) == InputLimits().max_event_bytes
+    finally:
+        kafka_client.install(before)
