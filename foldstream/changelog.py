@@ -10,6 +10,11 @@ Every record also carries the epoch of its writer's hold on the partition
 (:data:`EPOCH_HEADER`): a new owner writes with an epoch above every earlier owner's, so the
 records of a previous owner that goes on writing after losing the partition (a long pause: a
 "zombie") are recognised and ignored instead of mixing into the copies.
+
+Every record also says which source topic its value was folded from (its topic id, header
+:data:`~foldstream.stale_state.SOURCE_ID_HEADER`): a changelog that outlived its source topic
+(deleted and created again) holds values of the earlier one, which copies of the new one never
+apply. A copy is checked against its topics before it is used (:mod:`foldstream.stale_state`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config, read_partitions_to_end
-from foldstream.state import RocksDBWriter, partition_path
+from foldstream.settings import OnStaleState
+from foldstream.stale_state import SOURCE_ID_HEADER, LocalCopy, open_checked
+from foldstream.state import RocksDBWriter
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"
 FOLDED_FROM_HEADER = "foldstream-folded-from"
@@ -37,13 +44,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StoreLayout:
-    """Where a store's state comes from: its source topic and its changelog topic."""
+    """Where a store's state comes from: its source topic and its changelog topic; and what
+    becomes of a local copy that does not belong to them (:mod:`foldstream.stale_state`)."""
 
     source_topic: str
     changelog_topic: str
+    on_stale: OnStaleState = OnStaleState.rebuild
 
     def identity(self, partition: int) -> str:
         return f"{self.source_topic}/{partition}"
+
+    def local_copy(self, state_dir: Path, store: str, partition: int) -> LocalCopy:
+        return LocalCopy(Path(state_dir), store, partition, self.source_topic, self.changelog_topic)
 
 
 class ChangelogFollower:
@@ -63,7 +75,9 @@ class ChangelogFollower:
     Fencing: records of an epoch below the newest one seen (kept with the copy) are ignored,
     and a closed batch whose source offset the copy has already reached only moves its
     changelog offset: a previous owner's late writes can neither interrupt the current
-    owner's batches nor take the copy's values back to an older source offset.
+    owner's batches nor take the copy's values back to an older source offset. Records folded
+    from another source topic than the copy's (an earlier one of the same name, by their
+    :data:`SOURCE_ID_HEADER`) are ignored too.
     """
 
     def __init__(self, writer: RocksDBWriter) -> None:
@@ -77,6 +91,9 @@ class ChangelogFollower:
         self._unfinished = writer.unfinished_batch()
         self._read: int | None = None  # the last changelog offset read
         self.fenced = 0  # records ignored as a previous owner's
+        source_id = writer.topic_ids()[0]
+        self._source_id = None if source_id is None else source_id.encode()
+        self.foreign = 0  # records ignored as folded from an earlier source topic
 
     def feed(self, messages: Iterable[Any]) -> int:
         """Apply every closed batch in ``messages``; returns records applied."""
@@ -87,6 +104,9 @@ class ChangelogFollower:
                 continue
             self._read = message.offset()
             headers = dict(message.headers() or ())
+            if self._foreign(headers.get(SOURCE_ID_HEADER)):
+                self.foreign += 1
+                continue
             epoch = int(headers.get(EPOCH_HEADER, 0))
             if epoch < self._epoch:
                 self.fenced += 1
@@ -108,6 +128,11 @@ class ChangelogFollower:
                 applied += self._apply(int(batch), message.offset())
                 self._collecting = self._open = False
         return applied
+
+    def _foreign(self, source_id: bytes | None) -> bool:
+        """Whether a record folded from the source topic ``source_id`` is of another topic
+        than the copy's (unknown ids are no evidence)."""
+        return None not in (source_id, self._source_id) and source_id != self._source_id
 
     def _closed_by(self, folded_from: bytes | None) -> bool:
         """Whether the unclosed batch being collected is complete, as shown by the next
@@ -157,10 +182,8 @@ def _batch_id(epoch: int, batch: bytes | None) -> bytes:
 
 
 def open_copy(state_dir: Path, store: str, layout: StoreLayout, partition: int) -> RocksDBWriter:
-    """Open the local copy of ``store``'s ``partition`` for writing (creating it)."""
-    return RocksDBWriter(
-        partition_path(state_dir, store, partition), identity=layout.identity(partition)
-    )
+    """Open the local copy of ``store``'s ``partition`` for writing (creating it), unchecked."""
+    return layout.local_copy(state_dir, store, partition).open()
 
 
 def restore(
@@ -176,8 +199,11 @@ def restore(
 
     Reads only what the copy lacks (from its changelog offset on). A copy whose directory was
     lost is rebuilt from offset 0 (a compacted changelog holds the latest value of every key).
+    A copy that does not belong to its topics (recreated since it was made) is first rebuilt
+    or refused, by ``layout.on_stale`` (:func:`foldstream.stale_state.open_checked`).
     """
-    writer = open_copy(state_dir, store, layout, partition)
+    copy = layout.local_copy(state_dir, store, partition)
+    writer = open_checked(bootstrap, copy, layout.on_stale)
     try:
         start = writer.changelog_offset()
         follower = ChangelogFollower(writer)
@@ -190,6 +216,15 @@ def restore(
         ):
             applied += follower.feed(batch)
         follower.settle()
+        if follower.foreign:
+            log.info(
+                "store %r partition %d: ignored %d records of %s folded from an earlier %s",
+                store,
+                partition,
+                follower.foreign,
+                layout.changelog_topic,
+                layout.source_topic,
+            )
         return applied
     finally:
         writer.close()
@@ -223,6 +258,7 @@ class StandbyReplicas:
         fetch_wait_max_ms: int = 10,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
+        self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
         self.layouts = dict(layouts)
         self._by_topic = {layout.changelog_topic: store for store, layout in self.layouts.items()}
@@ -235,14 +271,18 @@ class StandbyReplicas:
         self._thread.start()
 
     def assign(self, wanted: Iterable[tuple[str, int]]) -> None:
-        """Keep exactly the copies in ``wanted`` (``(store, partition)`` pairs)."""
+        """Keep exactly the copies in ``wanted`` (``(store, partition)`` pairs). A copy taken
+        up that does not belong to its topics is rebuilt or refused first (by its layout's
+        ``on_stale``, see :func:`foldstream.stale_state.open_checked`)."""
         wanted = set(wanted)
         with self._lock:
             for key in set(self._replicas) - wanted:
                 self._close(key)
             for key in wanted - set(self._replicas):
                 store, partition = key
-                writer = open_copy(self.state_dir, store, self.layouts[store], partition)
+                layout = self.layouts[store]
+                copy = layout.local_copy(self.state_dir, store, partition)
+                writer = open_checked(self.bootstrap, copy, layout.on_stale)
                 done = writer.changelog_offset()
                 self._replicas[key] = _Replica(
                     ChangelogFollower(writer), 0 if done is None else done + 1

@@ -12,20 +12,32 @@ import typer
 
 from foldstream.errors import FoldstreamError
 from foldstream.serving import HttpServer
+from foldstream.settings import OnStaleState
 
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
 
 
-@cli.command()
+BROKER_HELP = (
+    "Run the embedded Kafka-protocol broker (Tansu) until Ctrl-C or SIGTERM. For development: "
+    "it keeps its data in memory only, so every topic and record is gone when it stops, and it "
+    "starts empty. An instance started again against it finds its state directory ahead of "
+    "the empty topics and rebuilds its stores from them (see serve --on-stale-state)."
+)
+
+
+@cli.command(help=BROKER_HELP)
 def broker(port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 9092) -> None:
-    """Run the embedded Kafka-protocol broker (Tansu) until Ctrl-C or SIGTERM."""
+    """Run the embedded broker (see :data:`BROKER_HELP`)."""
     from foldstream.broker import EmbeddedBroker
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with EmbeddedBroker(port=port) as running:
-        typer.echo(f"broker ready: KAFKA_BOOTSTRAP_SERVERS={running.bootstrap}")
+        typer.echo(
+            f"broker ready: KAFKA_BOOTSTRAP_SERVERS={running.bootstrap} (in memory: its topics"
+            " are gone when it stops)"
+        )
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
     typer.echo("broker stopped")
@@ -54,6 +66,14 @@ def serve(
     server: Annotated[
         HttpServer, typer.Option(help="HTTP server; granian: faster lookups, own worker process")
     ] = HttpServer.uvicorn,
+    on_stale_state: Annotated[
+        OnStaleState | None,
+        typer.Option(
+            help="what to do with a local store copy whose topics were deleted and created "
+            "again, or forgotten by a broker that keeps them in memory: rebuild it from the "
+            "topics (the default) or refuse to start (env FOLDSTREAM_ON_STALE_STATE)"
+        ),
+    ] = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
     from foldstream.process import exit_with_parent
@@ -75,6 +95,7 @@ def serve(
         advertised_url=advertised_url,
         standby_replicas=standbys,
         session_timeout_ms=session_timeout_ms,
+        on_stale_state=on_stale_state,
     )
     serve_instance(service, settings, server)
 

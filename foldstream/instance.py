@@ -14,21 +14,19 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from foldstream.changelog import StandbyReplicas, StoreLayout
+from foldstream.changelog import StandbyReplicas
 from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.direct_routes import DirectRoutes
-from foldstream.errors import ConfigurationError
-from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
+from foldstream.preflight import prepare, store_layouts
 from foldstream.projections.runner import ProjectionRunner, query_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
@@ -51,6 +49,7 @@ class Instance:
         self.handler: CommandHandler | None = None
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
+        self._prepared: dict[str, int] | None = None
         self.metrics = InstanceMetrics(
             command_counts=lambda: self.handler.counts() if self.handler else None
         )
@@ -90,35 +89,13 @@ class Instance:
         if self.node is not None:
             self.node.released(partition, error)
 
-    def provision(self) -> dict[str, int]:
-        """Create the service's topics; return ``{topic: partitions}`` of every source topic."""
-        settings = self.settings
-        specs = [
-            TopicSpec(settings.events_topic, settings.partitions),
-            TopicSpec(settings.cluster_topic, 1, compact=True),
-        ]
-        specs += [
-            TopicSpec(settings.changelog_topic(p.store), settings.partitions, compact=True)
-            for p in self.service.projections
-            if p.source_topic(settings.events_topic) == settings.events_topic
-        ]
-        admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-        layout = {settings.events_topic: settings.partitions}
-        for projection in self.service.projections:
-            topic = projection.source_topic(settings.events_topic)
-            if topic in layout:
-                continue
-            count = topic_partitions(admin, topic)
-            if count is None:
-                raise ConfigurationError(
-                    f"store {projection.store!r} reads topic {topic!r}, which does not exist"
-                )
-            layout[topic] = count
-            specs.append(TopicSpec(settings.changelog_topic(projection.store), count, compact=True))
-        ensure_topics(
-            settings.bootstrap_servers, specs, replication_factor=settings.replication_factor
-        )
-        return layout
+    def prepare(self) -> dict[str, int]:
+        """Create the service's topics and check the local state against them
+        (:func:`foldstream.preflight.prepare`); ``{topic: partitions}`` of every source topic.
+        The lifespan does it unless it was done just before (``foldstream serve`` does it
+        before it starts serving)."""
+        self._prepared = prepare(self.service, self.settings)
+        return self._prepared
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready when this instance serves every partition it owns, caught up."""
@@ -141,12 +118,12 @@ class Instance:
         from foldstream.spark import spark_session
 
         settings = self.settings
-        layout = await asyncio.to_thread(self.provision)
+        layout = self._prepared
+        if layout is None:
+            layout = await asyncio.to_thread(self.prepare)
+        self._prepared = None  # a later start checks again
         events = settings.events_topic
-        stores = {
-            p.store: StoreLayout(p.source_topic(events), settings.changelog_topic(p.store))
-            for p in self.service.projections
-        }
+        stores = store_layouts(self.service, settings)
         async with contextlib.AsyncExitStack() as stack:
             handler = None
             if self.service.aggregates:

@@ -11,7 +11,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition, murmur2
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+    murmur2,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from foldstream.errors import BrokerUnavailable, ConfigurationError
@@ -191,6 +198,42 @@ def topic_partitions(admin: AdminClient, topic: str, timeout: float = 10.0) -> i
     if described is None or described.error is not None or not described.partitions:
         return None
     return len(described.partitions)
+
+
+#: Kafka's topic id of "no id" (a broker that keeps none).
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+_UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def topic_ids(
+    bootstrap: str, topics: Iterable[str], timeout: float = 10.0
+) -> dict[str, str | None]:
+    """``{topic: id}`` of the ``topics`` that exist (missing ones are left out); the id is
+    None where the broker keeps none.
+
+    A topic deleted and created again gets a new id, so a copy of its data that recorded the
+    id it was made from can tell.
+    """
+    wanted = sorted(set(topics))
+    if not wanted:
+        return {}
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
+    ids: dict[str, str | None] = {}
+    for topic, future in futures.items():
+        # exception() rather than result(): a raised error would keep this frame (and the
+        # admin client in it) alive through its traceback until the garbage collector runs.
+        try:
+            error = future.exception(timeout=timeout)
+        except TimeoutError:
+            error = KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        if error is not None:
+            if isinstance(error, KafkaException) and error.args[0].code() == _UNKNOWN_TOPIC:
+                continue
+            raise BrokerUnavailable(f"cannot describe topic {topic!r}: {error}")
+        found = future.result().topic_id
+        ids[topic] = None if found is None or str(found) == _NO_TOPIC_ID else str(found)
+    return ids
 
 
 def ensure_topics(

@@ -5,11 +5,22 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 
 from foldstream.errors import ConfigurationError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+
+
+class OnStaleState(StrEnum):
+    """What an instance does with a local copy of a store partition that does not belong to
+    the topics it reads (see :mod:`foldstream.state.validity`)."""
+
+    #: Log why, discard the copy and rebuild it from the topics.
+    rebuild = "rebuild"
+    #: Refuse to start, naming the state directory and the fix.
+    refuse = "refuse"
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,9 @@ class Settings:
     # Where the instance serves its open store partitions to the projection's Spark tasks:
     # loopback for a local master; an address the executors reach for a remote one.
     store_host: str = "127.0.0.1"
+    # A local copy whose topics were recreated under it (or that a broker which keeps its data
+    # in memory forgot) is rebuilt from the topics, or the instance refuses to start.
+    on_stale_state: OnStaleState = OnStaleState.rebuild
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -61,6 +75,13 @@ class Settings:
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
         object.__setattr__(self, "state_dir", Path(self.state_dir))
+        try:
+            object.__setattr__(self, "on_stale_state", OnStaleState(self.on_stale_state))
+        except ValueError:
+            raise ConfigurationError(
+                f"on_stale_state must be one of {[p.value for p in OnStaleState]}, got "
+                f"{self.on_stale_state!r}"
+            ) from None
 
     @property
     def events_topic(self) -> str:
@@ -98,6 +119,7 @@ class Settings:
             ("standby_replicas", int),
             ("session_timeout_ms", int),
             ("store_host", str),
+            ("on_stale_state", OnStaleState),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

@@ -300,6 +300,9 @@ class RemotePartition(PartitionWriter):
         self._token: str = state.token
         #: The epoch of the hold: every changelog record of this partition carries it.
         self.epoch: int = state.epoch
+        #: The id of the source topic the partition is built from (None: unknown): every
+        #: changelog record of this partition carries it too.
+        self.source_id: str | None = state.source_id
         self._applied: int | None = state.applied_offset
         self._changelog: int | None = state.changelog_offset
         self._values: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))
