@@ -11,10 +11,9 @@ Every record also carries the epoch of its writer's hold on the partition
 records of a previous owner that goes on writing after losing the partition (a long pause: a
 "zombie") are recognised and ignored instead of mixing into the copies.
 
-Every record also says which source topic its value was folded from (its topic id, header
-:data:`~foldstream.stale_state.SOURCE_ID_HEADER`): a changelog that outlived its source topic
-(deleted and created again) holds values of the earlier one, which copies of the new one never
-apply. A copy is checked against its topics before it is used (:mod:`foldstream.stale_state`).
+And the id of the source topic it was folded from (:data:`SOURCE_ID_HEADER`): copies never
+apply the values of an earlier topic of the same name. A copy is checked against its topics
+before it is used (:mod:`foldstream.stale_state`).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING as BEGINNING
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from foldstream.errors import BrokerUnavailable
@@ -217,14 +217,7 @@ def restore(
             applied += follower.feed(batch)
         follower.settle()
         if follower.foreign:
-            log.info(
-                "store %r partition %d: ignored %d records of %s folded from an earlier %s",
-                store,
-                partition,
-                follower.foreign,
-                layout.changelog_topic,
-                layout.source_topic,
-            )
+            log.info("%s: ignored %d records of an older source topic", copy.path, follower.foreign)
         return applied
     finally:
         writer.close()
@@ -266,7 +259,9 @@ class StandbyReplicas:
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._on_error = on_error
-        self._consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+        config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+        config["auto.offset.reset"] = "error"  # a position past the end is reported, not reset
+        self._consumer = Consumer(config)
         self._thread = threading.Thread(target=self._run, name="standby-replicas", daemon=True)
         self._thread.start()
 
@@ -289,7 +284,7 @@ class StandbyReplicas:
                 )
             self._consumer.assign(
                 [
-                    TopicPartition(self.layouts[s].changelog_topic, p, r.position)
+                    TopicPartition(self.layouts[s].changelog_topic, p, r.position or BEGINNING)
                     for (s, p), r in sorted(self._replicas.items())
                 ]
             )
@@ -341,6 +336,7 @@ class StandbyReplicas:
     def _apply(self, messages: list[Any]) -> None:
         by_key: dict[tuple[str, int], list[Any]] = {}
         at_end: list[tuple[tuple[str, int], int]] = []
+        outside: set[tuple[str, int]] = set()
         for message in messages:
             store = self._by_topic.get(message.topic())
             key = (store, message.partition()) if store is not None else None
@@ -351,6 +347,8 @@ class StandbyReplicas:
                 by_key.setdefault(key, []).append(message)
             elif error.code() == KafkaError._PARTITION_EOF:
                 at_end.append((key, message.offset()))
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                outside.add(key)
             else:
                 raise BrokerUnavailable(f"standby {message.topic()}: {error}")
         for key, batch in by_key.items():
@@ -385,6 +383,9 @@ class StandbyReplicas:
                     replica.copied,
                 )
                 replica.copied = -1
+        if outside:  # its changelog was created again: checked again when taken up again
+            log.warning("standby copies %s are past their changelog's end: dropped", outside)
+            self.assign(set(self._replicas) - outside)
 
     def close(self) -> None:
         self._stopping.set()

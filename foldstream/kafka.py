@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -108,20 +109,29 @@ def read_partitions_to_end(
     fetch_wait_max_ms: int = 10,
     timeout: float = 30.0,
 ) -> Iterator[list[Any]]:
-    """The records of ``topic`` from ``starts`` (``{partition: offset}``) to each partition's
-    end, in poll batches.
+    """The records of ``topic`` from ``starts`` (``{partition: offset}``; 0 is the start of
+    the partition, whatever its first offset) to each partition's end, in poll batches.
 
     The end is where each partition reports end-of-partition after its last record, which is
-    right even on brokers that under-report log end offsets.
+    right even on brokers that under-report log end offsets. A start past a partition's end is
+    an error, never a silent jump back to its first record (Kafka answers OFFSET_OUT_OF_RANGE;
+    a broker that answers nothing at all, such as Tansu, is reported after ``timeout``).
     """
-    consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
-    consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+    config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+    config["auto.offset.reset"] = "error"
+    consumer = Consumer(config)
+    consumer.assign(
+        [TopicPartition(topic, p, o if o > 0 else OFFSET_BEGINNING) for p, o in starts.items()]
+    )
     at_end: set[int] = set()
     try:
         while len(at_end) < len(starts):
             messages = consume_available(consumer, 10_000, timeout)
             if not messages:
-                raise BrokerUnavailable(f"no answer for {timeout}s while reading {topic}")
+                raise BrokerUnavailable(
+                    f"no answer for {timeout}s while reading {topic} from {dict(starts)} (a "
+                    "start past the end, e.g. of a topic created again, gets none either)"
+                )
             batch = []
             for message in messages:
                 error = message.error()
@@ -130,6 +140,11 @@ def read_partitions_to_end(
                     batch.append(message)
                 elif error.code() == KafkaError._PARTITION_EOF:
                     at_end.add(message.partition())
+                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    raise BrokerUnavailable(
+                        f"reading {topic} from {dict(starts)}: a start lies outside its "
+                        f"partition (the topic was created again since?): {error}"
+                    )
                 else:
                     raise BrokerUnavailable(f"reading {topic}: {error}")
             if batch:
