@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING as BEGINNING
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from foldstream.errors import BrokerUnavailable
@@ -260,7 +259,9 @@ class StandbyReplicas:
         self._stopping = threading.Event()
         self._on_error = on_error
         config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
-        config["auto.offset.reset"] = "error"  # a position past the end is reported, not reset
+        # A position outside a changelog (created again) is reported, not reset to its start
+        # (compaction keeps a changelog's first offset at 0).
+        config["auto.offset.reset"] = "error"
         self._consumer = Consumer(config)
         self._thread = threading.Thread(target=self._run, name="standby-replicas", daemon=True)
         self._thread.start()
@@ -284,7 +285,7 @@ class StandbyReplicas:
                 )
             self._consumer.assign(
                 [
-                    TopicPartition(self.layouts[s].changelog_topic, p, r.position or BEGINNING)
+                    TopicPartition(self.layouts[s].changelog_topic, p, r.position)
                     for (s, p), r in sorted(self._replicas.items())
                 ]
             )

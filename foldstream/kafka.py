@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -109,20 +108,21 @@ def read_partitions_to_end(
     fetch_wait_max_ms: int = 10,
     timeout: float = 30.0,
 ) -> Iterator[list[Any]]:
-    """The records of ``topic`` from ``starts`` (``{partition: offset}``; 0 is the start of
-    the partition, whatever its first offset) to each partition's end, in poll batches.
+    """The records of ``topic`` from ``starts`` (``{partition: offset}``) to each partition's
+    end, in poll batches.
 
     The end is where each partition reports end-of-partition after its last record, which is
-    right even on brokers that under-report log end offsets. A start past a partition's end is
-    an error, never a silent jump back to its first record (Kafka answers OFFSET_OUT_OF_RANGE;
-    a broker that answers nothing at all, such as Tansu, is reported after ``timeout``).
+    right even on brokers that under-report log end offsets. Reading every partition from 0
+    starts at the first offset each holds; otherwise a start past a partition's end is an
+    error, never a silent jump back to its first record (Kafka answers OFFSET_OUT_OF_RANGE; a
+    broker that answers nothing at all, such as Tansu, is reported after ``timeout``).
     """
     config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
-    config["auto.offset.reset"] = "error"
+    if any(starts.values()):
+        config["auto.offset.reset"] = "error"
     consumer = Consumer(config)
-    consumer.assign(
-        [TopicPartition(topic, p, o if o > 0 else OFFSET_BEGINNING) for p, o in starts.items()]
-    )
+    # Offset 0 rather than OFFSET_BEGINNING: resolving that cost 0.5 s per read on Tansu.
+    consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
     at_end: set[int] = set()
     try:
         while len(at_end) < len(starts):

@@ -198,6 +198,9 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
     def stamp_topic_ids(self, source: str | None, changelog: str | None) -> None:
         """Record the ids of the topics this state is built from (a None leaves a stamp as it
         is): a copy that finds other ids later knows the topics were recreated under it."""
+        stamped = self.topic_ids()
+        if (source or stamped[0], changelog or stamped[1]) == stamped:
+            return  # unchanged: no write, which would cost a flush at close
         batch = WriteBatch(raw_mode=True)
         for name, topic_id in ((_SOURCE_TOPIC_ID, source), (_CHANGELOG_TOPIC_ID, changelog)):
             if topic_id is not None:
