@@ -34,6 +34,7 @@ from foldstream.kafka import read_partitions_to_end, topic_ids
 from foldstream.offsets import positions_within
 from foldstream.settings import OnStaleState
 from foldstream.state import RocksDBWriter, discard_partition, partition_path
+from foldstream.state.rocksdb import is_lock_held
 from foldstream.state.validity import Observed, Recorded, Verdict, judge
 
 #: The id of the source topic a changelog record's value was folded from.
@@ -112,8 +113,8 @@ def check_local_copies(bootstrap: str, copies: Iterable[LocalCopy], on_stale: On
 def _open_unless_held(copy: LocalCopy) -> RocksDBWriter | None:
     try:
         return copy.open()
-    except Exception as exc:  # noqa: BLE001 - RocksDB's error for a lock held elsewhere
-        if "LOCK" not in str(exc):
+    except Exception as exc:
+        if not is_lock_held(exc):
             raise
         log.warning("%s is held by another process: checked when it is used", copy.path)
         return None

@@ -6,15 +6,17 @@ copies and the startup check."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import EmbeddedBroker, free_port
 from foldstream.changelog import (
     BATCH_END_HEADER,
     EPOCH_HEADER,
@@ -27,11 +29,12 @@ from foldstream.changelog import (
     restore,
 )
 from foldstream.errors import StaleState
-from foldstream.kafka import TopicSpec, ensure_topics, producer_config, topic_ids, topic_partitions
+from foldstream.kafka import TopicSpec, ensure_topics, producer_config, topic_ids
 from foldstream.offsets import positions_within
 from foldstream.settings import OnStaleState
 from foldstream.stale_state import check_local_copies
 from foldstream.state.validity import Observed, Recorded, judge
+from foldstream.testing.kafka import create_again
 
 # -- the decision ---------------------------------------------------------------------------
 
@@ -84,17 +87,6 @@ def _specs(layout: StoreLayout, partitions: int) -> list[TopicSpec]:
         TopicSpec(layout.source_topic, partitions),
         TopicSpec(layout.changelog_topic, partitions, compact=True),
     ]
-
-
-def _create_again(broker: EmbeddedBroker, specs: list[TopicSpec]) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    for future in admin.delete_topics([s.name for s in specs], operation_timeout=30).values():
-        future.result()
-    deadline = time.monotonic() + 30
-    while any(topic_partitions(admin, s.name) is not None for s in specs):
-        assert time.monotonic() < deadline, "topics not deleted within 30s"
-        time.sleep(0.05)
-    ensure_topics(broker.bootstrap, specs)
 
 
 def _produce(broker: EmbeddedBroker, topic: str, count: int, partition: int = 0) -> None:
@@ -166,6 +158,14 @@ def _built(broker: EmbeddedBroker, tmp_path: Path, layout: StoreLayout) -> None:
     assert _restore(broker, tmp_path, layout) == 2
 
 
+def _outlived(broker: EmbeddedBroker, tmp_path: Path) -> StoreLayout:
+    """Topics whose copy (:func:`_built`) outlived them: both deleted and created again."""
+    layout = _topics(broker)
+    _built(broker, tmp_path, layout)
+    create_again(broker.bootstrap, _specs(layout, 1))
+    return layout
+
+
 def test_positions_past_a_partitions_end_are_told_from_those_within(
     broker: EmbeddedBroker,
 ) -> None:
@@ -189,16 +189,14 @@ def test_a_topic_created_again_has_another_id(broker: EmbeddedBroker) -> None:
     layout = _topics(broker)
     before = topic_ids(broker.bootstrap, [layout.source_topic, "stale-no-such-topic"])
     assert list(before) == [layout.source_topic] and before[layout.source_topic]
-    _create_again(broker, _specs(layout, 1)[:1])
+    create_again(broker.bootstrap, _specs(layout, 1)[:1])
     assert topic_ids(broker.bootstrap, [layout.source_topic]) != before
 
 
 def test_a_copy_of_topics_created_again_is_rebuilt_from_the_new_ones(
     broker: EmbeddedBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    layout = _topics(broker)
-    _built(broker, tmp_path, layout)
-    _create_again(broker, _specs(layout, 1))
+    layout = _outlived(broker, tmp_path)
     _produce(broker, layout.source_topic, 1)
     _batch(broker, layout, {b"c": b"c@0"}, source_offset=0)
     with caplog.at_level(logging.INFO):
@@ -213,9 +211,7 @@ def test_a_copy_of_topics_created_again_is_rebuilt_from_the_new_ones(
 def test_refused_copies_stay_and_the_error_names_the_state_directory_and_the_fix(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    layout = _topics(broker)
-    _built(broker, tmp_path, layout)
-    _create_again(broker, _specs(layout, 1))
+    layout = _outlived(broker, tmp_path)
     refusing = StoreLayout(layout.source_topic, layout.changelog_topic, OnStaleState.refuse)
     with pytest.raises(StaleState) as refused:
         _restore(broker, tmp_path, refusing)
@@ -231,7 +227,7 @@ def test_a_changelog_that_outlived_its_source_topic_is_never_applied_again(
 ) -> None:
     layout = _topics(broker)
     _built(broker, tmp_path / "owner", layout)
-    _create_again(broker, _specs(layout, 1)[:1])  # the source only
+    create_again(broker.bootstrap, _specs(layout, 1)[:1])  # the source only
     with caplog.at_level(logging.INFO):
         assert _restore(broker, tmp_path / "owner", layout) == 0
     [line] = _discarded(caplog)
@@ -252,7 +248,7 @@ def test_old_changelog_records_that_do_not_say_their_source_topic_are_refused(
     writer = open_copy(tmp_path, "s", layout, 0)  # as an earlier foldstream left it
     writer.write({b"a": b"a@2"}, 2, changelog_offset=0, changelog_epoch=1)
     writer.close()
-    _create_again(broker, _specs(layout, 1)[:1])
+    create_again(broker.bootstrap, _specs(layout, 1)[:1])
     with pytest.raises(StaleState) as refused:
         _restore(broker, tmp_path, layout)
     message = str(refused.value)
@@ -280,9 +276,7 @@ def test_a_copy_of_an_earlier_foldstream_ahead_of_empty_topics_is_rebuilt(
 def test_a_standby_copy_of_topics_created_again_follows_the_new_changelog(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    layout = _topics(broker)
-    _built(broker, tmp_path, layout)
-    _create_again(broker, _specs(layout, 1))
+    layout = _outlived(broker, tmp_path)
     _batch(broker, layout, {b"c": b"c@0"}, source_offset=0)
     replicas = StandbyReplicas(
         bootstrap=broker.bootstrap, state_dir=tmp_path, layouts={"s": layout}
@@ -308,9 +302,55 @@ def test_the_startup_check_refuses_all_stale_copies_in_one_error_or_rebuilds_the
         assert _restore(broker, tmp_path, layout, p) == 1
     copies = [layout.local_copy(tmp_path, "s", p) for p in (0, 1, 2)]  # 2 does not exist
     assert check_local_copies(broker.bootstrap, copies, OnStaleState.refuse) == 0
-    _create_again(broker, _specs(layout, 2))
+    create_again(broker.bootstrap, _specs(layout, 2))
     with pytest.raises(StaleState, match=r"partition 0 \(and 1 more copies\) that does not"):
         check_local_copies(broker.bootstrap, copies, OnStaleState.refuse)
     assert all(c.path.exists() for c in copies[:2])
     assert check_local_copies(broker.bootstrap, copies, OnStaleState.rebuild) == 2
     assert not any(c.path.exists() for c in copies)
+
+
+def test_the_startup_check_leaves_a_copy_held_open_elsewhere_to_its_next_open(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    layout = _outlived(broker, tmp_path)
+    copy = layout.local_copy(tmp_path, "s", 0)
+    holder = copy.open()  # e.g. an instance still stopping
+    try:
+        assert check_local_copies(broker.bootstrap, [copy], OnStaleState.refuse) == 0
+    finally:
+        holder.close()
+    assert _restore(broker, tmp_path, layout) == 0  # checked (and rebuilt) here instead
+    assert _copy(tmp_path, layout) == ({b"a": None, b"b": None, b"c": None}, None)
+
+
+def test_serve_told_to_refuse_stops_before_serving_with_one_error_line(tmp_path: Path) -> None:
+    """``foldstream serve --on-stale-state refuse`` on a state directory whose copy was built
+    from other topics: one ``error:`` line naming the directory and the fix, exit status 2,
+    before Spark or the HTTP server start."""
+    state_dir = tmp_path / "state"
+    layout = StoreLayout("inventory.events", "inventory.stock.changelog")
+    writer = open_copy(state_dir, "stock", layout, 0)
+    writer.write({b"sku-1": b'{"on_hand": 5}'}, 4, changelog_offset=1, changelog_epoch=1)
+    writer.stamp_topic_ids("an-earlier-id", "another-earlier-id")
+    writer.close()
+    with EmbeddedBroker() as own:  # the inventory topics of the session broker stay untouched
+        finished = subprocess.run(
+            [sys.executable, "-m", "foldstream", "serve", "--port", str(free_port())]
+            + ["--state-dir", str(state_dir), "--on-stale-state", "refuse"],
+            env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": own.bootstrap},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    errors = [line for line in finished.stderr.splitlines() if line.startswith("error:")]
+    assert finished.returncode == 2, finished.stderr
+    assert len(errors) == 1 and "Traceback" not in finished.stderr, finished.stderr
+    assert errors[0].startswith(
+        f"error: state directory {state_dir} holds a copy of store 'stock' partition 0 that "
+        "does not belong to the topics it reads: topic inventory.events is not the one"
+    )
+    assert f"Delete {state_dir} to rebuild its stores" in errors[0]
+    left = open_copy(state_dir, "stock", layout, 0)
+    assert (left.applied_offset(), left.get(b"sku-1")) == (4, b'{"on_hand": 5}')  # as it was
+    left.close()

@@ -41,6 +41,13 @@ def partition_path(state_dir: Path, store: str, partition: int) -> Path:
     return Path(state_dir) / "stores" / store / f"p{partition:04d}"
 
 
+def is_lock_held(exc: BaseException) -> bool:
+    """Whether ``exc`` is RocksDB's error for a partition another writer holds open (its
+    LOCK file, held by another process or by this one)."""
+    text = str(exc)
+    return "/LOCK:" in text or "lock hold by current process" in text
+
+
 def discard_partition(path: Path) -> None:
     """Delete the partition directory ``path`` (closed), as one step: it is renamed aside
     first, so a crash leaves either the whole directory or none of it in place."""
