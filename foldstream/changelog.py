@@ -10,6 +10,10 @@ Every record also carries the epoch of its writer's hold on the partition
 (:data:`EPOCH_HEADER`): a new owner writes with an epoch above every earlier owner's, so the
 records of a previous owner that goes on writing after losing the partition (a long pause: a
 "zombie") are recognised and ignored instead of mixing into the copies.
+
+And the id of the source topic it was folded from (:data:`SOURCE_ID_HEADER`): copies never
+apply the values of an earlier topic of the same name. A copy is checked against its topics
+before it is used (:mod:`foldstream.stale_state`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from foldstream.backoff import Backoff
 from foldstream.kafka import consume_available, consumer_config, read_partitions_to_end
-from foldstream.state import RocksDBWriter, partition_path
+from foldstream.settings import OnStaleState
+from foldstream.stale_state import SOURCE_ID_HEADER, LocalCopy, open_checked
+from foldstream.state import RocksDBWriter
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"
 FOLDED_FROM_HEADER = "foldstream-folded-from"
@@ -39,13 +45,18 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StoreLayout:
-    """Where a store's state comes from: its source topic and its changelog topic."""
+    """Where a store's state comes from: its source topic and its changelog topic; and what
+    becomes of a local copy that does not belong to them (:mod:`foldstream.stale_state`)."""
 
     source_topic: str
     changelog_topic: str
+    on_stale: OnStaleState = OnStaleState.rebuild
 
     def identity(self, partition: int) -> str:
         return f"{self.source_topic}/{partition}"
+
+    def local_copy(self, state_dir: Path, store: str, partition: int) -> LocalCopy:
+        return LocalCopy(Path(state_dir), store, partition, self.source_topic, self.changelog_topic)
 
 
 class ChangelogFollower:
@@ -65,7 +76,9 @@ class ChangelogFollower:
     Fencing: records of an epoch below the newest one seen (kept with the copy) are ignored,
     and a closed batch whose source offset the copy has already reached only moves its
     changelog offset: a previous owner's late writes can neither interrupt the current
-    owner's batches nor take the copy's values back to an older source offset.
+    owner's batches nor take the copy's values back to an older source offset. Records folded
+    from another source topic than the copy's (an earlier one of the same name, by their
+    :data:`SOURCE_ID_HEADER`) are ignored too.
     """
 
     def __init__(self, writer: RocksDBWriter) -> None:
@@ -80,6 +93,9 @@ class ChangelogFollower:
         self._read: int | None = None  # the last changelog offset read
         self.fenced = 0  # records ignored as a previous owner's
         self.malformed = 0  # records ignored because their headers are not a projection's
+        source_id = writer.topic_ids()[0]
+        self._source_id = None if source_id is None else source_id.encode()
+        self.foreign = 0  # records ignored as folded from an earlier source topic
 
     def feed(self, messages: Iterable[Any]) -> int:
         """Apply every closed batch in ``messages``; returns records applied."""
@@ -90,6 +106,9 @@ class ChangelogFollower:
                 continue
             self._read = message.offset()
             headers = dict(message.headers() or ())
+            if self._foreign(headers.get(SOURCE_ID_HEADER)):
+                self.foreign += 1
+                continue
             epoch = _valid_headers(headers)
             if epoch is None:
                 self.malformed += 1  # not written by a projection: nothing to apply
@@ -114,6 +133,11 @@ class ChangelogFollower:
                 applied += self._apply(int(batch), message.offset())
                 self._collecting = self._open = False
         return applied
+
+    def _foreign(self, source_id: bytes | None) -> bool:
+        """Whether a record folded from the source topic ``source_id`` is of another topic
+        than the copy's (unknown ids are no evidence)."""
+        return None not in (source_id, self._source_id) and source_id != self._source_id
 
     def _closed_by(self, folded_from: bytes | None) -> bool:
         """Whether the unclosed batch being collected is complete, as shown by the next
@@ -177,10 +201,8 @@ def _batch_id(epoch: int, batch: bytes | None) -> bytes:
 
 
 def open_copy(state_dir: Path, store: str, layout: StoreLayout, partition: int) -> RocksDBWriter:
-    """Open the local copy of ``store``'s ``partition`` for writing (creating it)."""
-    return RocksDBWriter(
-        partition_path(state_dir, store, partition), identity=layout.identity(partition)
-    )
+    """Open the local copy of ``store``'s ``partition`` for writing (creating it), unchecked."""
+    return layout.local_copy(state_dir, store, partition).open()
 
 
 def restore(
@@ -196,8 +218,11 @@ def restore(
 
     Reads only what the copy lacks (from its changelog offset on). A copy whose directory was
     lost is rebuilt from offset 0 (a compacted changelog holds the latest value of every key).
+    A copy that does not belong to its topics (recreated since it was made) is first rebuilt
+    or refused, by ``layout.on_stale`` (:func:`foldstream.stale_state.open_checked`).
     """
-    writer = open_copy(state_dir, store, layout, partition)
+    copy = layout.local_copy(state_dir, store, partition)
+    writer = open_checked(bootstrap, copy, layout.on_stale)
     try:
         start = writer.changelog_offset()
         follower = ChangelogFollower(writer)
@@ -210,6 +235,8 @@ def restore(
         ):
             applied += follower.feed(batch)
         follower.settle()
+        if follower.foreign:
+            log.info("%s: ignored %d records of an older source topic", copy.path, follower.foreign)
         return applied
     finally:
         writer.close()
@@ -244,6 +271,7 @@ class StandbyReplicas:
         fetch_wait_max_ms: int = 10,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
+        self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
         self.layouts = dict(layouts)
         self._by_topic = {layout.changelog_topic: store for store, layout in self.layouts.items()}
@@ -252,19 +280,27 @@ class StandbyReplicas:
         self._stopping = threading.Event()
         self._on_error = on_error
         self._waiting = False  # a copy waits to retry after a failure
-        self._consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+        config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+        # A position outside a changelog (created again) is reported, not reset to its start
+        # (compaction keeps a changelog's first offset at 0).
+        config["auto.offset.reset"] = "error"
+        self._consumer = Consumer(config)
         self._thread = threading.Thread(target=self._run, name="standby-replicas", daemon=True)
         self._thread.start()
 
     def assign(self, wanted: Iterable[tuple[str, int]]) -> None:
-        """Keep exactly the copies in ``wanted`` (``(store, partition)`` pairs)."""
+        """Keep exactly the copies in ``wanted`` (``(store, partition)`` pairs). A copy taken
+        up that does not belong to its topics is rebuilt or refused first (by its layout's
+        ``on_stale``, see :func:`foldstream.stale_state.open_checked`)."""
         wanted = set(wanted)
         with self._lock:
             for key in set(self._replicas) - wanted:
                 self._close(key)
             for key in wanted - set(self._replicas):
                 store, partition = key
-                writer = open_copy(self.state_dir, store, self.layouts[store], partition)
+                layout = self.layouts[store]
+                copy = layout.local_copy(self.state_dir, store, partition)
+                writer = open_checked(self.bootstrap, copy, layout.on_stale)
                 done = writer.changelog_offset()
                 self._replicas[key] = _Replica(
                     ChangelogFollower(writer), 0 if done is None else done + 1
@@ -330,6 +366,7 @@ class StandbyReplicas:
     def _apply(self, messages: list[Any]) -> None:
         by_key: dict[tuple[str, int], list[Any]] = {}
         at_end: list[tuple[tuple[str, int], int]] = []
+        outside: set[tuple[str, int]] = set()
         for message in messages:
             store = self._by_topic.get(message.topic())
             key = (store, message.partition()) if store is not None else None
@@ -340,6 +377,8 @@ class StandbyReplicas:
                 by_key.setdefault(key, []).append(message)
             elif error.code() == KafkaError._PARTITION_EOF:
                 at_end.append((key, message.offset()))
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                outside.add(key)
             else:  # the client retries by itself; the event carries no record
                 log.warning("standby copy %s/%d: %s", *key, error)
         failed = False
@@ -364,6 +403,9 @@ class StandbyReplicas:
                     replica.copied,
                 )
                 replica.copied = -1
+        if outside:  # its changelog was created again: checked again when taken up again
+            log.warning("standby copies %s are past their changelog's end: dropped", outside)
+            self.assign(set(self._replicas) - outside)
 
     def _feed(self, key: tuple[str, int], replica: _Replica, batch: list[Any]) -> None:
         follower = replica.follower

@@ -12,20 +12,32 @@ import typer
 
 from foldstream.errors import FoldstreamError
 from foldstream.serving import HttpServer
+from foldstream.settings import OnStaleState
 
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
 
 
-@cli.command()
+BROKER_HELP = (
+    "Run the embedded Kafka-protocol broker (Tansu) until Ctrl-C or SIGTERM. For development: "
+    "it keeps its data in memory only, so every topic and record is gone when it stops, and it "
+    "starts empty. An instance started again against it finds its state directory ahead of "
+    "the empty topics and rebuilds its stores from them (see serve --on-stale-state)."
+)
+
+
+@cli.command(help=BROKER_HELP)
 def broker(port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 9092) -> None:
-    """Run the embedded Kafka-protocol broker (Tansu) until Ctrl-C or SIGTERM."""
+    """Run the embedded broker (see :data:`BROKER_HELP`)."""
     from foldstream.broker import EmbeddedBroker
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with EmbeddedBroker(port=port) as running:
-        typer.echo(f"broker ready: KAFKA_BOOTSTRAP_SERVERS={running.bootstrap}")
+        typer.echo(
+            f"broker ready: KAFKA_BOOTSTRAP_SERVERS={running.bootstrap} (in memory: its topics"
+            " are gone when it stops)"
+        )
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
     typer.echo("broker stopped")
@@ -98,15 +110,21 @@ def serve(
         bool | None,
         typer.Option(help="require the token for queries too [env: FOLDSTREAM_AUTH_QUERIES]"),
     ] = None,
+    on_stale_state: Annotated[
+        OnStaleState | None,
+        typer.Option(
+            help="what to do with a local store copy whose topics were deleted and created "
+            "again, or forgotten by a broker that keeps them in memory: rebuild it from the "
+            "topics (the default) or refuse to start (env FOLDSTREAM_ON_STALE_STATE)"
+        ),
+    ] = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
-    from foldstream.kafka_client import configure as configure_kafka_clients
     from foldstream.process import exit_with_parent
     from foldstream.service import load_service
     from foldstream.serving import configure_logging
     from foldstream.serving import serve as serve_instance
     from foldstream.settings import Settings
-    from foldstream.topics import provision
 
     configure_logging()
     exit_with_parent()
@@ -129,11 +147,8 @@ def serve(
         ready_max_lag=ready_max_lag,
         auth_token_file=auth_token_file,
         auth_queries=auth_queries,
+        on_stale_state=on_stale_state,
     )
-    # Before the server starts: a bad client property, a rejected credential or a missing
-    # topic is one error line, not a failed application startup.
-    configure_kafka_clients(settings.kafka_config)
-    provision(settings, definition.projections)
     serve_instance(service, settings, server)
 
 

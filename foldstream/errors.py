@@ -46,6 +46,20 @@ class StateCorrupted(FoldstreamError):
     """
 
 
+class StaleState(FoldstreamError):
+    """A local copy of a store partition does not belong to the topics it reads: its recorded
+    positions lie past their ends, or a topic was deleted and created again since (a broker that
+    keeps its data in memory restarted, a cluster restored from a backup, a state directory moved
+    to another cluster), and the instance was told to refuse such copies
+    (``--on-stale-state refuse``); or a changelog holds values of an earlier source topic that
+    cannot be told from the new one's.
+
+    Remedy: what the message says: delete the state directory it names (its stores are rebuilt
+    from the topics), or start with ``--on-stale-state rebuild``; for a changelog, stop the
+    service's instances, delete the changelog topic it names and start them again.
+    """
+
+
 class NotOwner(FoldstreamError):
     """This instance does not accept commands for the aggregate's partition (HTTP 503, later 307).
 

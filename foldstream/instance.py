@@ -23,17 +23,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from foldstream import auth
-from foldstream.changelog import StandbyReplicas, StoreLayout
+from foldstream.changelog import StandbyReplicas
 from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
 from foldstream.direct_routes import DirectRoutes
 from foldstream.http_input import InputLimits
-from foldstream.kafka_client import configure as configure_kafka_clients
 from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
+from foldstream.preflight import prepare, store_layouts
 from foldstream.projections.runner import ProjectionRunner, query_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
@@ -44,7 +44,6 @@ from foldstream.service import Service
 from foldstream.settings import Settings
 from foldstream.state.host import StoreHost
 from foldstream.state.local import LocalStores
-from foldstream.topics import provision
 
 log = logging.getLogger(__name__)
 HOT_PATHS = ("/commands/{aggregate}/{aggregate_id}/{command}", "/stores/{store}/keys")
@@ -72,6 +71,7 @@ class Instance:
         self.handler: CommandHandler | None = None
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
+        self._prepared: dict[str, int] | None = None
         self.metrics = InstanceMetrics(
             command_counts=lambda: self.handler.counts() if self.handler else None,
             cluster=lambda: self.node.figures() if self.node else None,
@@ -116,11 +116,13 @@ class Instance:
         """``GET /metrics``: the instance's metrics in Prometheus' text format."""
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE)
 
-    def provision(self) -> dict[str, int]:
-        """Install the Kafka client properties, create the service's topics (or check them:
-        ``create_topics``); return ``{topic: partitions}`` of every source topic."""
-        configure_kafka_clients(self.settings.kafka_config)
-        return provision(self.settings, self.service.projections)
+    def prepare(self) -> dict[str, int]:
+        """Install the Kafka client properties, create the service's topics (or check them)
+        and check the local state against them (:func:`foldstream.preflight.prepare`);
+        ``{topic: partitions}`` of every source topic. The lifespan does it unless it was done
+        just before (``foldstream serve`` does it before it starts serving)."""
+        self._prepared = prepare(self.service, self.settings)
+        return self._prepared
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready when this instance serves every partition it owns, caught up."""
@@ -143,12 +145,12 @@ class Instance:
         from foldstream.spark import spark_session
 
         settings = self.settings
-        layout = await asyncio.to_thread(self.provision)
+        layout = self._prepared
+        if layout is None:
+            layout = await asyncio.to_thread(self.prepare)
+        self._prepared = None  # a later start checks again
         events = settings.events_topic
-        stores = {
-            p.store: StoreLayout(p.source_topic(events), settings.changelog_topic(p.store))
-            for p in self.service.projections
-        }
+        stores = store_layouts(self.service, settings)
         async with contextlib.AsyncExitStack() as stack:
             handler = commands = None
             if self.service.aggregates:

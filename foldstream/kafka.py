@@ -12,7 +12,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition, murmur2
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+    murmur2,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from foldstream.errors import BrokerUnavailable, ConfigurationError
@@ -109,16 +116,26 @@ def read_partitions_to_end(
     end, in poll batches.
 
     The end is where each partition reports end-of-partition after its last record, which is
-    right even on brokers that under-report log end offsets.
+    right even on brokers that under-report log end offsets. Reading every partition from 0
+    starts at the first offset each holds; otherwise a start past a partition's end is an
+    error, never a silent jump back to its first record (Kafka answers OFFSET_OUT_OF_RANGE; a
+    broker that answers nothing at all, such as Tansu, is reported after ``timeout``).
     """
-    consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+    config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+    if any(starts.values()):
+        config["auto.offset.reset"] = "error"
+    consumer = Consumer(config)
+    # Offset 0 rather than OFFSET_BEGINNING: resolving that cost 0.5 s per read on Tansu.
     consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
     at_end: set[int] = set()
     try:
         while len(at_end) < len(starts):
             messages = consume_available(consumer, 10_000, timeout)
             if not messages:
-                raise BrokerUnavailable(f"no answer for {timeout}s while reading {topic}")
+                raise BrokerUnavailable(
+                    f"no answer for {timeout}s while reading {topic} from {dict(starts)} (a "
+                    "start past the end, e.g. of a topic created again, gets none either)"
+                )
             batch = []
             for message in messages:
                 error = message.error()
@@ -127,6 +144,11 @@ def read_partitions_to_end(
                     batch.append(message)
                 elif error.code() == KafkaError._PARTITION_EOF:
                     at_end.add(message.partition())
+                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    raise BrokerUnavailable(
+                        f"reading {topic} from {dict(starts)}: a start lies outside its "
+                        f"partition (the topic was created again since?): {error}"
+                    )
                 else:
                     raise BrokerUnavailable(f"reading {topic}: {error}")
             if batch:
@@ -230,6 +252,42 @@ def _partition_counts(admin: AdminClient, timeout: float = 10.0) -> dict[str, in
         for name, described in metadata.topics.items()
         if described.error is None and described.partitions
     }
+
+
+#: Kafka's topic id of "no id" (a broker that keeps none).
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+_UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def topic_ids(
+    bootstrap: str, topics: Iterable[str], timeout: float = 10.0
+) -> dict[str, str | None]:
+    """``{topic: id}`` of the ``topics`` that exist (missing ones are left out); the id is
+    None where the broker keeps none.
+
+    A topic deleted and created again gets a new id, so a copy of its data that recorded the
+    id it was made from can tell.
+    """
+    wanted = sorted(set(topics))
+    if not wanted:
+        return {}
+    admin = admin_client(bootstrap)
+    futures = admin.describe_topics(TopicCollection(wanted), request_timeout=timeout)
+    ids: dict[str, str | None] = {}
+    for topic, future in futures.items():
+        # exception() rather than result(): a raised error would keep this frame (and the
+        # admin client in it) alive through its traceback until the garbage collector runs.
+        try:
+            error = future.exception(timeout=timeout)
+        except TimeoutError:
+            error = KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        if error is not None:
+            if isinstance(error, KafkaException) and error.args[0].code() == _UNKNOWN_TOPIC:
+                continue
+            raise BrokerUnavailable(f"cannot describe topic {topic!r}: {error}")
+        found = future.result().topic_id
+        ids[topic] = None if found is None or str(found) == _NO_TOPIC_ID else str(found)
+    return ids
 
 
 def ensure_topics(

@@ -265,3 +265,103 @@ def holds_records(
     finally:
         consumer.close()
     raise BrokerUnavailable(f"could not read {topic}/{partition} from {start} within {timeout}s")
+
+
+#: How long a fetch at a recorded position may go unanswered before the partition's end is
+#: learnt by reading up to it instead (see :func:`positions_within`).
+POSITION_ANSWER_S = 3.0
+
+Position = tuple[str, int]
+"""``(topic, partition)``."""
+
+
+def positions_within(
+    bootstrap: str,
+    positions: dict[Position, int],
+    *,
+    answer_s: float = POSITION_ANSWER_S,
+    timeout: float = 30.0,
+) -> dict[Position, bool]:
+    """Whether each of ``positions`` (``{(topic, partition): offset}``, the next offset a
+    reader would read) lies within its partition: at or before the partition's end.
+
+    A position past the end is one recorded before its topic was deleted and created again (a
+    broker that keeps its data in memory restarted, a topic recreated, another cluster). Each
+    partition is read from its position with offset resets turned off: a record or the end of
+    the partition answers that it lies within, and Kafka answers OFFSET_OUT_OF_RANGE past the
+    end. Some brokers (Tansu) answer a fetch past the end with nothing at all, and under-report
+    ends: a partition left unanswered for ``answer_s`` has its end learnt by reading from its
+    reported end, which is never above the true one, to the end of the partition. A position
+    below a partition's first offset (records deleted by retention) counts as within.
+    """
+    found = {key: True for key, offset in positions.items() if offset <= 0}
+    asked = {key: offset for key, offset in positions.items() if key not in found}
+    if not asked:
+        return found
+    # No reset: a position past the end must be answered as such, not moved to the start.
+    config = consumer_config(bootstrap)
+    config["auto.offset.reset"] = "error"
+    consumer = Consumer(config)
+    try:
+        consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in asked.items()])
+        deadline = time.monotonic() + answer_s
+        while len(found) < len(positions) and time.monotonic() < deadline:
+            for message in consume_available(consumer, 1000, 0.05):
+                key = (message.topic(), message.partition())
+                if key in asked and key not in found:
+                    found[key] = _answered_within(consumer, message, asked[key], timeout)
+        unanswered = {key: asked[key] for key in asked if key not in found}
+        found |= _read_up_to(consumer, unanswered, timeout)
+    finally:
+        consumer.close()
+    return found
+
+
+def _answered_within(consumer: Any, message: Any, position: int, timeout: float) -> bool:
+    """Whether the answer ``message`` to a fetch at ``position`` says it lies within."""
+    error = message.error()
+    if error is None or error.code() == KafkaError._PARTITION_EOF:
+        return True
+    if error.code() not in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        raise BrokerUnavailable(f"reading {message.topic()}/{message.partition()}: {error}")
+    low, _ = consumer.get_watermark_offsets(
+        TopicPartition(message.topic(), message.partition()), timeout=timeout
+    )
+    return bool(position < low)  # below the start (retention), not past the end
+
+
+def _read_up_to(
+    consumer: Any, positions: dict[Position, int], timeout: float
+) -> dict[Position, bool]:
+    """Whether each partition's end reaches its position, read from its reported end on."""
+    found: dict[Position, bool] = {}
+    starts = {}
+    for (topic, partition), position in positions.items():
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout
+        )
+        if position <= high:
+            found[(topic, partition)] = True
+        else:
+            starts[(topic, partition)] = max(high, low, 0)
+    if not starts:
+        return found
+    consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in starts.items()])
+    deadline = time.monotonic() + timeout
+    while len(found) < len(positions):
+        if time.monotonic() > deadline:
+            missing = sorted(set(starts) - set(found))
+            raise BrokerUnavailable(f"could not read to the end of {missing} within {timeout}s")
+        for message in consume_available(consumer, 1000, 0.1):
+            key = (message.topic(), message.partition())
+            if key not in starts or key in found:
+                continue
+            error = message.error()
+            if error is None:
+                if message.offset() + 1 >= positions[key]:
+                    found[key] = True
+            elif error.code() == KafkaError._PARTITION_EOF:
+                found[key] = message.offset() >= positions[key]
+            else:
+                raise BrokerUnavailable(f"reading {key[0]}/{key[1]}: {error}")
+    return found

@@ -45,16 +45,31 @@ def configure_logging() -> None:
 
 
 def serve(service_path: str, settings: Settings, server: HttpServer) -> None:
-    """Run the instance of ``service_path`` with ``settings`` until it is stopped."""
+    """Run the instance of ``service_path`` with ``settings`` until it is stopped.
+
+    Its topics are created and its local state checked first (:mod:`foldstream.preflight`):
+    a :class:`~foldstream.errors.FoldstreamError` there (Kafka unreachable, a state directory
+    refused) is raised before anything serves, for the CLI to print as one line.
+    """
     limit_malloc_arenas()
     if server is HttpServer.granian:
+        from foldstream.preflight import prepare
+        from foldstream.service import load_service
+
+        prepare(load_service(service_path), settings)
         _serve_granian(service_path, settings)
         return
     import uvicorn
 
+    from foldstream.instance import Instance
     from foldstream.query_api.lookup_protocol import lookup_protocol
+    from foldstream.service import load_service
 
-    app = _instance_app(service_path, settings)
+    instance = Instance(
+        service=load_service(service_path), service_path=service_path, settings=settings
+    )
+    instance.prepare()
+    app = instance.app
     # Redirect locations come from members' advertised URLs, never from forwarded headers.
     uvicorn.run(
         app,

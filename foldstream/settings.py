@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
 from pathlib import Path
 
 from foldstream.errors import ConfigurationError
@@ -20,6 +21,16 @@ MAX_URL_LENGTH = 2048
 def valid_url(url: str) -> bool:
     """Whether ``url`` may be a member's URL (see :data:`_URL`)."""
     return len(url) <= MAX_URL_LENGTH and _URL.fullmatch(url) is not None
+
+
+class OnStaleState(StrEnum):
+    """What an instance does with a local copy of a store partition that does not belong to
+    the topics it reads (see :mod:`foldstream.state.validity`)."""
+
+    #: Log why, discard the copy and rebuild it from the topics.
+    rebuild = "rebuild"
+    #: Refuse to start, naming the state directory and the fix.
+    refuse = "refuse"
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,9 @@ class Settings:
     auth_queries: bool = False
     # Paths answered without credentials even when they are required.
     auth_open_paths: tuple[str, ...] = ("/health", "/ready", "/metrics")
+    # A local copy whose topics were recreated under it (or that a broker which keeps its data
+    # in memory forgot) is rebuilt from the topics, or the instance refuses to start.
+    on_stale_state: OnStaleState = OnStaleState.rebuild
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -118,6 +132,13 @@ class Settings:
                 f"min_insync_replicas ({min_insync}) must not exceed replication_factor "
                 f"({replication}): no write with acks=all could succeed"
             )
+        try:
+            object.__setattr__(self, "on_stale_state", OnStaleState(self.on_stale_state))
+        except ValueError:
+            raise ConfigurationError(
+                f"on_stale_state must be one of {[p.value for p in OnStaleState]}, got "
+                f"{self.on_stale_state!r}"
+            ) from None
 
     @property
     def events_topic(self) -> str:
@@ -165,6 +186,7 @@ class Settings:
             ("auth_token", str),
             ("auth_token_file", Path),
             ("auth_queries", _flag),
+            ("on_stale_state", OnStaleState),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

@@ -34,6 +34,7 @@ from foldstream.changelog import (
     BATCH_START_HEADER,
     EPOCH_HEADER,
     FOLDED_FROM_HEADER,
+    SOURCE_ID_HEADER,
     SOURCE_OFFSET_HEADER,
 )
 from foldstream.domain.records import EventRecord
@@ -77,12 +78,14 @@ def _producer(bootstrap: str) -> Producer:
 
 class ChangelogTarget(NamedTuple):
     """Where a partition's changed values go: its changelog ``partition`` of ``topic``, each
-    record stamped with ``epoch``, the epoch of the instance's hold of the partition."""
+    record stamped with ``epoch``, the epoch of the instance's hold of the partition, and with
+    ``source_id``, the id of the source topic folded (None: the broker has no topic ids)."""
 
     producer: Producer
     topic: str
     partition: int
     epoch: int
+    source_id: str | None = None
 
 
 Records = list[tuple[int, EventRecord]]
@@ -218,12 +221,14 @@ def fold_and_send(
     folded = Folded(writer, len(fresh), last_offset, changelog, [], [])
     if changelog is None:
         return folded
-    producer, topic, partition, epoch = changelog
+    producer, topic, partition, epoch, source_id = changelog
     headers = [
         (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
         (FOLDED_FROM_HEADER, str(-1 if applied_offset is None else applied_offset).encode()),
         (EPOCH_HEADER, str(epoch).encode()),
     ]
+    if source_id is not None:
+        headers.append((SOURCE_ID_HEADER, source_id.encode()))
     # The first record opens the batch and the last closes it: a copy applies a batch only
     # once it has all of it.
     opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
@@ -354,7 +359,9 @@ def fold_task(
                     keys = list(dict.fromkeys(record.key for _, record in records))
                     writer = RemotePartition(host, authkey, store, partition, keys)
                 changelog = (
-                    ChangelogTarget(producer, changelog_topic, partition, writer.epoch)
+                    ChangelogTarget(
+                        producer, changelog_topic, partition, writer.epoch, writer.source_id
+                    )
                     if producer and changelog_topic
                     else None
                 )

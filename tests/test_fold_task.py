@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 
 from foldstream.broker import EmbeddedBroker
-from foldstream.changelog import SOURCE_OFFSET_HEADER
+from foldstream.changelog import SOURCE_ID_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
@@ -27,6 +27,7 @@ from foldstream.projections.source import (
     read_messages,
 )
 from foldstream.projections.task_steps import STEPS
+from foldstream.state import RocksDBWriter, partition_path
 from foldstream.state.host import StoreHost
 from foldstream.testing.kafka import read_topic
 
@@ -129,6 +130,24 @@ def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
     assert (on_hand(host, 0), on_hand(host, 1)) == (11, 2)
     held = host.partition("stock", 0)
     assert held is not None and held.applied_offset() == 11
+
+
+def test_changelog_records_say_which_source_topic_they_were_folded_from(
+    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path
+) -> None:
+    # Partition 0's state is stamped as built from a source topic of id "src-id"; partition 1
+    # has no id (an earlier foldstream, a broker without ids): its records carry none.
+    host.close([("stock", 0)])
+    stamped = RocksDBWriter(partition_path(tmp_path, "stock", 0), identity="t/0")
+    stamped.stamp_topic_ids("src-id", None)
+    stamped.close()
+    host.open("stock", 0, identity="t/0", epoch=1)
+    changelog = run_task(broker, host, [events(p, range(0, 3)) for p in (0, 1)])
+    marks = {
+        p: dict(headers).get(SOURCE_ID_HEADER)
+        for p, _, _, _, headers in read_topic(broker.bootstrap, changelog, PARTITIONS)
+    }
+    assert marks == {0: b"src-id", 1: None}
 
 
 def test_a_task_reports_the_time_of_each_step_to_the_store_host(

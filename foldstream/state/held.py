@@ -36,6 +36,7 @@ class HoldState(NamedTuple):
     epoch: int  # stamped on every changelog record written from this hold
     applied_offset: int | None
     changelog_offset: int | None
+    source_id: str | None = None  # the id of the source topic the state is built from
 
 
 class HeldPartition(PartitionReader):
@@ -45,8 +46,8 @@ class HeldPartition(PartitionReader):
     exclude other tasks', and a write is refused unless the partition is still the one held
     when the task read it (:attr:`token`) at the offset it read: a task that outlived its
     partition's move cannot overwrite newer state. :meth:`close` waits for reads and writes
-    under way. :attr:`epoch` stamps the changelog records the tasks write (see
-    :class:`~foldstream.changelog.ChangelogFollower`).
+    under way. :attr:`epoch` and :attr:`source_id` stamp the changelog records the tasks write
+    (see :class:`~foldstream.changelog.ChangelogFollower`).
     """
 
     def __init__(self, writer: RocksDBWriter, name: str, epoch: int) -> None:
@@ -54,6 +55,7 @@ class HeldPartition(PartitionReader):
         self._written_at: float | None = None  # of the last write not yet flushed
         self._name = name
         self.epoch = epoch
+        self.source_id = writer.topic_ids()[0]
         self._users = 0
         self._state = threading.Condition()
         self._writing = threading.Lock()
@@ -103,7 +105,11 @@ class HeldPartition(PartitionReader):
             for start in range(0, len(keys), READ_CHUNK):
                 values += writer.get_many(keys[start : start + READ_CHUNK])
             state = HoldState(
-                self.token, self.epoch, writer.applied_offset(), writer.changelog_offset()
+                self.token,
+                self.epoch,
+                writer.applied_offset(),
+                writer.changelog_offset(),
+                self.source_id,
             )
             return state, values
 

@@ -31,7 +31,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from foldstream.errors import ConfigurationError, FoldstreamError
 from foldstream.state.base import PartitionWriter
 from foldstream.state.held import HeldPartition, PartitionClosed
-from foldstream.state.rocksdb import RocksDBWriter, partition_path
+from foldstream.state.rocksdb import RocksDBWriter, is_lock_held, partition_path
 
 log = logging.getLogger(__name__)
 #: A held partition that no task wrote for this long has its memtable flushed (if it holds at
@@ -47,12 +47,6 @@ _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 StoreKey = tuple[str, int]
 """``(store, partition)``."""
-
-
-def _is_lock_held(exc: BaseException) -> bool:
-    # RocksDB's messages for a LOCK file held by another process or by this one.
-    text = str(exc)
-    return "/LOCK:" in text or "lock hold by current process" in text
 
 
 class StoreHost:
@@ -119,7 +113,7 @@ class StoreHost:
             for attempt in Retrying(
                 stop=stop_after_delay(wait_s),
                 wait=wait_exponential(multiplier=0.01, max=0.5),
-                retry=retry_if_exception(_is_lock_held),
+                retry=retry_if_exception(is_lock_held),
                 reraise=True,
             ):
                 with attempt:
@@ -300,6 +294,9 @@ class RemotePartition(PartitionWriter):
         self._token: str = state.token
         #: The epoch of the hold: every changelog record of this partition carries it.
         self.epoch: int = state.epoch
+        #: The id of the source topic the partition is built from (None: unknown): every
+        #: changelog record of this partition carries it too.
+        self.source_id: str | None = state.source_id
         self._applied: int | None = state.applied_offset
         self._changelog: int | None = state.changelog_offset
         self._values: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))

@@ -1,5 +1,6 @@
 """RocksDB state (rocksdict, raw bytes): data in the default column family, foldstream's own
-reserved keys (source offset, identity stamp) in a metadata column family.
+reserved keys (source offset, changelog position, identity stamp, the ids of the topics the
+state was built from) in a metadata column family.
 
 Partitions are written in RocksDB's PlainTable format, stamped in each directory before its
 database is created (:mod:`.format`); a writer converts a directory in an earlier format first.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +29,8 @@ _CHANGELOG_OFFSET = b"changelog-offset"
 _CHANGELOG_EPOCH = b"changelog-epoch"
 _UNFINISHED_BATCH = b"changelog-unfinished-batch"
 _IDENTITY = b"identity"
+_SOURCE_TOPIC_ID = b"source-topic-id"
+_CHANGELOG_TOPIC_ID = b"changelog-topic-id"
 _MEMTABLE_ENTRIES = "rocksdb.num-entries-active-mem-table"
 _DELETED = object()
 log = logging.getLogger(__name__)
@@ -35,6 +39,24 @@ log = logging.getLogger(__name__)
 def partition_path(state_dir: Path, store: str, partition: int) -> Path:
     """Where partition ``partition`` of ``store`` lives under ``state_dir``."""
     return Path(state_dir) / "stores" / store / f"p{partition:04d}"
+
+
+def is_lock_held(exc: BaseException) -> bool:
+    """Whether ``exc`` is RocksDB's error for a partition another writer holds open (its
+    LOCK file, held by another process or by this one)."""
+    text = str(exc)
+    return "/LOCK:" in text or "lock hold by current process" in text
+
+
+def discard_partition(path: Path) -> None:
+    """Delete the partition directory ``path`` (closed), as one step: it is renamed aside
+    first, so a crash leaves either the whole directory or none of it in place."""
+    path = Path(path)
+    aside = path.with_name(f"{path.name}.discarded")
+    shutil.rmtree(aside, ignore_errors=True)  # left by a crash during an earlier discard
+    if path.exists():
+        path.rename(aside)
+        shutil.rmtree(aside)
 
 
 def _open(path: Path, access: AccessType | None = None) -> Rdict:
@@ -82,6 +104,14 @@ class _RocksDBPartition(PartitionReader):
         :meth:`RocksDBWriter.note_changelog`), None when it is between batches."""
         raw: bytes | None = self._meta.get(_UNFINISHED_BATCH)
         return raw
+
+    def topic_ids(self) -> tuple[str | None, str | None]:
+        """The ids of the source and changelog topics this state was built from, as stamped
+        by :meth:`RocksDBWriter.stamp_topic_ids` (None: not stamped, e.g. by an earlier
+        foldstream)."""
+        stamped = (self._meta.get(_SOURCE_TOPIC_ID), self._meta.get(_CHANGELOG_TOPIC_ID))
+        source, changelog = (None if raw is None else raw.decode() for raw in stamped)
+        return source, changelog
 
     def close(self) -> None:
         # Column family objects keep the DB (and its lock) alive until they are dropped too.
@@ -170,6 +200,18 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
             batch.delete(_UNFINISHED_BATCH, self._meta_handle)
         else:
             batch.put(_UNFINISHED_BATCH, unfinished, self._meta_handle)
+        self._db.write(batch)
+
+    def stamp_topic_ids(self, source: str | None, changelog: str | None) -> None:
+        """Record the ids of the topics this state is built from (a None leaves a stamp as it
+        is): a copy that finds other ids later knows the topics were recreated under it."""
+        stamped = self.topic_ids()
+        if (source or stamped[0], changelog or stamped[1]) == stamped:
+            return  # unchanged: no write, which would cost a flush at close
+        batch = WriteBatch(raw_mode=True)
+        for name, topic_id in ((_SOURCE_TOPIC_ID, source), (_CHANGELOG_TOPIC_ID, changelog)):
+            if topic_id is not None:
+                batch.put(name, topic_id.encode(), self._meta_handle)
         self._db.write(batch)
 
     def _put_changelog(self, batch: WriteBatch, offset: int | None, epoch: int | None) -> None:

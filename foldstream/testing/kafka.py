@@ -1,4 +1,5 @@
-"""Kafka helpers for tests: where logs end, records at given offsets, and a second writer.
+"""Kafka helpers for tests: where logs end, records at given offsets, a second writer, and
+topics deleted and created again.
 
 Events appended here go straight to the events topic, as another producer's would: projections
 fold them, but a running command handler only knows the events it replayed at start and those
@@ -18,13 +19,16 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from foldstream.domain import Aggregate, EventCodec, EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import (
+    TopicSpec,
     consume_available,
     consumer_config,
+    ensure_topics,
     produce_when_room,
     producer_config,
     read_to_end,
+    topic_partitions,
 )
-from foldstream.kafka_client import installed
+from foldstream.kafka_client import admin_client, installed
 from foldstream.offsets import EndOffsets
 
 #: kafka-python's names of the librdkafka client properties it has.
@@ -173,3 +177,17 @@ def read_topic(
         for batch in read_to_end(bootstrap, topic, partitions)
         for m in batch
     ]
+
+
+def create_again(bootstrap: str, specs: list[TopicSpec], timeout: float = 30.0) -> None:
+    """Delete the topics of ``specs`` and create them again, empty (each gets a new topic id),
+    as an operator would."""
+    admin = admin_client(bootstrap)
+    for future in admin.delete_topics([s.name for s in specs], operation_timeout=timeout).values():
+        future.result()
+    deadline = time.monotonic() + timeout
+    while any(topic_partitions(admin, s.name) is not None for s in specs):
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"topics {[s.name for s in specs]} not deleted in {timeout}s")
+        time.sleep(0.05)
+    ensure_topics(bootstrap, specs)
