@@ -90,7 +90,7 @@ class InvalidRequest(FoldstreamError):
     """An HTTP request is malformed or exceeds one of the instance's input limits: HTTP
     ``status`` (400; 413 a body too large; 414 a URL too long; 401 missing credentials).
 
-    Remedy (client): fix what the message names; the limits are in ``docs/http.md``. Remedy
+    Remedy (client): fix what the message names; the limits are in ``docs/reference/http.md``. Remedy
     (operator): raise the limit (:class:`foldstream.http_input.InputLimits`) if legitimate
     requests hit it.
     """
