@@ -169,7 +169,7 @@ class CommandHandler:
         self.fetch_wait_max_ms = fetch_wait_max_ms
         self.transaction_timeout = transaction_timeout
         self.on_released = on_released
-        self._codec = EventCodec()
+        self._codec = EventCodec(self.aggregates.values())
         self._commands = {name: commands_of(cls) for name, cls in self.aggregates.items()}
         self._hints = {
             name: {c: typing.get_type_hints(getattr(cls, c)) for c in self._commands[name]}

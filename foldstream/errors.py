@@ -70,3 +70,16 @@ class PartitionFenced(NotOwner):
 
     def __init__(self, partition: int) -> None:
         super().__init__(partition, "was fenced: another writer took it over")
+
+
+class UndecodableRecord(FoldstreamError, ValueError):
+    """A record on a topic the service reads is not an event of the service's own aggregates:
+    no key, no ``event-type`` or ``version`` header, a type that names no event class of the
+    service's aggregates, or a value that is not such an event's JSON.
+
+    Nothing is imported to find out: an unknown type is rejected, whatever module it names.
+    Projections treat the record as a poison record (their ``on_error`` policy: dead-letter,
+    skip or stop); the command side skips it when it replays. Remedy: find its producer (the
+    dead-letter record's headers give its topic, partition and offset). If the type is the old
+    name of an event class, register it: ``eventsourcing.utils.register_topic(old, cls)``.
+    """
