@@ -8,6 +8,11 @@ the previous ones left (including commands whose transaction is still in flight)
 version is checked against the partition's latest state. Their events are appended by group
 commit (:mod:`.group_commit`); a failed transaction closes the writer, which fails every later
 command too, and the partition's aggregates are rebuilt by a replay when it is taken again.
+
+A replay never stops at a record: one that is not a foldstream event is skipped (and counted);
+an event that cannot be decoded or applied is skipped too, and its aggregate answers commands
+with :class:`AggregateUnreplayable` (HTTP 409) naming the record, until a later replay applies
+it. The partition's other aggregates take commands as usual.
 """
 
 from __future__ import annotations
@@ -22,20 +27,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from foldstream.commands.group_commit import GroupCommitter
+from foldstream.commands.replay import AggregateUnreplayable, replay
 from foldstream.commands.working_copy import working_copy
 from foldstream.commands.writer import PartitionWriter
-from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
+from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, commands_of
 from foldstream.errors import (
     ConfigurationError,
     FoldstreamError,
     NotOwner,
 )
-from foldstream.kafka import partition_for, read_to_end
+from foldstream.kafka import partition_for
 
 log = logging.getLogger(__name__)
-
-# Records carrying this header are not domain events; replay skips them.
-CONTROL_HEADER = "foldstream-control"
 
 
 class UnknownCommand(FoldstreamError):
@@ -181,6 +184,9 @@ class CommandHandler:
         self._guard = threading.Lock()  # _writers and _replaying
         self._writers: dict[int, PartitionWriter] = {}
         self._replaying: set[int] = set()
+        # {partition: {aggregate id: why}}: aggregates with an event replay could not apply.
+        self._unreplayable: dict[int, dict[str, str]] = {}
+        self._replay_skipped = 0  # records replays skipped, for the metrics
         self._executor: ThreadPoolExecutor | None = None
         self._committer = GroupCommitter(lambda: self._executor, self._release)
 
@@ -198,7 +204,11 @@ class CommandHandler:
     def counts(self) -> dict[str, int]:
         """``{"transactions": n, "commands": n}`` committed since the start (group commit puts
         several commands in one transaction under load)."""
-        return {"transactions": self._committer.transactions, "commands": self._committer.commands}
+        return {
+            "transactions": self._committer.transactions,
+            "commands": self._committer.commands,
+            "replay_skipped": self._replay_skipped,
+        }
 
     def owned(self) -> frozenset[int]:
         """The partitions accepting commands (assigned and replayed)."""
@@ -239,7 +249,7 @@ class CommandHandler:
                 if writers:
                     with ThreadPoolExecutor(max_workers=min(8, len(writers))) as pool:
                         list(pool.map(PartitionWriter.open, writers.values()))
-                replayed = self._replay(writers, still_wanted)
+                replayed, unreplayable = self._replay(writers, still_wanted)
                 _check_wanted(writers, still_wanted)
             except BaseException:
                 for writer in writers.values():
@@ -249,6 +259,9 @@ class CommandHandler:
                 raise
             with self._guard:
                 self._writers.update(writers)
+                for partition in writers:
+                    self._unreplayable.pop(partition, None)  # from an earlier hold
+                self._unreplayable.update(unreplayable)
                 self._replaying.difference_update(new)
         log.info("took partitions %s of %s over: %d events replayed", new, self.topic, replayed)
         return replayed
@@ -262,6 +275,8 @@ class CommandHandler:
         with self._membership:
             with self._guard:
                 writers = [self._writers.pop(p) for p in set(partitions) if p in self._writers]
+                for writer in writers:
+                    self._unreplayable.pop(writer.partition, None)
             for writer in writers:
                 writer.close()
 
@@ -286,25 +301,22 @@ class CommandHandler:
         self,
         writers: Mapping[int, PartitionWriter],
         still_wanted: Callable[[int], bool] | None = None,
-    ) -> int:
+    ) -> tuple[int, dict[int, dict[str, str]]]:
+        """Rebuild the aggregates of ``writers``' partitions (:func:`.replay.replay`), checking
+        between batches that they are still wanted; returns the events replayed and
+        ``{partition: {aggregate id: why}}`` of the aggregates left out."""
         if not writers:
-            return 0
-        replayed = 0
-        for batch in read_to_end(
-            self.bootstrap, self.topic, writers, fetch_wait_max_ms=self.fetch_wait_max_ms
-        ):
-            _check_wanted(writers, still_wanted)
-            for message in batch:
-                record = EventRecord.from_message(message)
-                if record.header(CONTROL_HEADER) is None:
-                    self._apply(writers[message.partition()].aggregates, record)
-                    replayed += 1
-        return replayed
-
-    def _apply(self, aggregates: dict[str, Aggregate], record: EventRecord) -> None:
-        domain_event = self._codec.decode(record)
-        key = record.key.decode()
-        aggregates[key] = domain_event.mutate(aggregates.get(key))
+            return 0, {}
+        replayed = replay(
+            self._codec,
+            self.bootstrap,
+            self.topic,
+            {p: w.aggregates for p, w in writers.items()},
+            fetch_wait_max_ms=self.fetch_wait_max_ms,
+            between_batches=lambda: _check_wanted(writers, still_wanted),
+        )
+        self._replay_skipped += replayed.skipped
+        return replayed.events, replayed.unreplayable
 
     def _writer(self, partition: int) -> PartitionWriter:
         with self._guard:
@@ -323,6 +335,7 @@ class CommandHandler:
             mine = self._writers.get(writer.partition) is writer
             if mine:
                 del self._writers[writer.partition]
+                self._unreplayable.pop(writer.partition, None)
         if mine:
             log.warning("gave partition %d up: %s", writer.partition, error)
             if self.on_released is not None:
@@ -354,9 +367,10 @@ class CommandHandler:
         partition's writer, in one transaction with those of the commands queued beside them.
         Nothing is appended and nothing changes in memory when the command is rejected
         (:class:`NotOwner`, :class:`VersionConflict`, :class:`DomainRuleViolation`,
-        :class:`InvalidArguments`, :class:`UnknownCommand`). When its transaction fails
-        (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the handler gives the partition
-        up with its aggregates, and every command queued after it fails too.
+        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`AggregateUnreplayable`).
+        When its transaction fails (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the
+        handler gives the partition up with its aggregates, and every command queued after it
+        fails too.
         """
         signature = self.signature(aggregate, command)
         kwargs = bind_arguments(signature, self._hints[aggregate][command], arguments)
@@ -366,6 +380,9 @@ class CommandHandler:
         partition = self.partition_of(aggregate_id)
         # No await until the events are queued: commands of a partition run one at a time.
         writer = self._writer(partition)
+        unreplayable = self._unreplayable.get(partition)
+        if unreplayable and aggregate_id in unreplayable:
+            raise AggregateUnreplayable(aggregate_id, unreplayable[aggregate_id])
         current = writer.aggregates.get(aggregate_id)
         if current is not None and not isinstance(current, cls):
             raise UnknownCommand(

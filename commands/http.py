@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.commands.handler import (
+    AggregateUnreplayable,
     CommandHandler,
     InvalidArguments,
     UnknownCommand,
@@ -64,7 +65,8 @@ def command_routes(
         Optional ``?expected_version=N`` (or header ``If-Match: N``): run only if the aggregate
         is at version N (0 = no events yet). Answers 200 with the events and the position of
         the last one; 400 bad arguments or version; 404 unknown aggregate or command; 409
-        version conflict (``current_version`` in the body); 422 domain rule broken; 503 with
+        version conflict (``current_version`` in the body) or an aggregate whose events could
+        not be replayed (the record and cause in ``error``); 422 domain rule broken; 503 with
         ``Retry-After`` when this instance does not own the aggregate's partition (``partition``
         in the body) or Kafka failed. Nothing is appended unless the answer is 200, except after
         a 503 naming an unknown outcome: resend with ``expected_version`` to stay safe.
@@ -96,6 +98,8 @@ def command_routes(
             return error_response(400, str(exc))
         except VersionConflict as exc:
             return _error(409, exc, expected_version=exc.expected, current_version=exc.current)
+        except AggregateUnreplayable as exc:
+            return error_response(409, str(exc))
         except DomainRuleViolation as exc:
             return error_response(422, str(exc))
         except NotOwner as exc:
