@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
+from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable, UndecodableRecord
 from foldstream.projections.chunks import (
     FOLD_CHUNK_RECORDS,
@@ -41,7 +42,14 @@ from foldstream.projections.chunks import (
     offset_of,
     partition_chunks,
 )
-from foldstream.projections.poison import NO_KEY, STOPPED, PoisonPolicy, apply_retried, describe
+from foldstream.projections.poison import (
+    NO_KEY,
+    STOPPED,
+    Apply,
+    PoisonPolicy,
+    apply_retried,
+    describe,
+)
 from foldstream.projections.projection import Projection
 from foldstream.projections.task_output import (
     ChangelogTarget,
@@ -96,43 +104,65 @@ def fold_and_send(
     folded = Folded(writer, changelog)
     changed: dict[bytes, bytes | None] = {}
     apply, get = projection.apply, writer.get
+    applied, last_offset = 0, None
     for offset, record in fresh:
         key = record.key
         current = None if key is None else get(key)  # the store host's errors are not records'
         try:
-            if key is None:
-                raise UndecodableRecord(NO_KEY)
-            new_value = apply(current, record)
+            new_value = _no_key() if key is None else apply(current, record)
         except BrokerUnavailable:
             raise
         except Exception as error:
             if poison is None:
                 raise
-            try:
-                new_value = apply_retried(apply, current, record, error)
-            except BrokerUnavailable:
-                raise
-            except Exception as final:
-                if poison.on_error == "stop":
-                    folded.stop = PartitionStop(offset, describe(final))
-                    folded.outcomes[STOPPED] += 1
+            new_value, poisoned = _retry_or_handle(
+                folded, poison, apply, offset, record, current, error
+            )
+            if poisoned:
+                if folded.stop is not None:
                     break
-                folded.outcomes[poison.handle(offset, record, final, folded.on_delivery)] += 1
-                folded.dead_letters = poison.producer
-                folded.applied += 1
-                folded.last_offset = offset
+                applied, last_offset = applied + 1, offset
                 continue
-        assert key is not None  # a record without one raised above
         if new_value is None:
             writer.delete(key)
         else:
             writer.put(key, new_value)
         changed[key] = new_value
-        folded.applied += 1
-        folded.last_offset = offset
+        applied, last_offset = applied + 1, offset
+    folded.applied, folded.last_offset = applied, last_offset
     if changelog is not None and changed:
         send_changes(folded, changelog, changed, applied_offset)
     return folded
+
+
+def _no_key() -> bytes | None:
+    raise UndecodableRecord(NO_KEY)
+
+
+def _retry_or_handle(
+    folded: Folded,
+    poison: PoisonPolicy,
+    apply: Apply,
+    offset: int,
+    record: EventRecord,
+    current: bytes | None,
+    error: Exception,
+) -> tuple[bytes | None, bool]:
+    """``(value, False)`` of a record whose first attempt raised ``error``, once a retry
+    succeeds; else ``(None, True)``: the record is poison, handled by the store's policy and
+    recorded in ``folded`` (its outcome; where the partition stopped)."""
+    try:
+        return apply_retried(apply, current, record, error), False
+    except BrokerUnavailable:
+        raise
+    except Exception as final:  # noqa: BLE001 - any error of the record's is the policy's
+        if poison.on_error == "stop":
+            folded.stop = PartitionStop(offset, describe(final))
+            folded.outcomes[STOPPED] += 1
+        else:
+            folded.outcomes[poison.handle(offset, record, final, folded.on_delivery)] += 1
+            folded.dead_letters = poison.producer
+    return None, True
 
 
 def commit_folded(folded: Folded) -> tuple[int, int] | None:

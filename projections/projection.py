@@ -36,7 +36,7 @@ class Projection(ABC):
 
     store: str
     partitioner: Partitioner
-    on_error: ErrorPolicy
+    on_error: ErrorPolicy = "dead-letter"
 
     def for_events(self, codec: EventCodec) -> Projection:
         """This projection decoding the service's domain events with ``codec`` (the

@@ -258,7 +258,7 @@ class ProjectionRunner:
             )
             self._failing[store] = failing
             log.warning(
-                "projection %s failed (%s), %d time(s) in a row; restarting it in %.0fs",
+                "projection %s failed (%s), %d times in a row; restarting it in %.0fs",
                 store,
                 failing.error,
                 failures,
@@ -317,9 +317,9 @@ class ProjectionRunner:
         for store, failing in sorted(self._failing.items()):
             waiting = failing.query is self.queries.get(store) and failing.restart_at > now
             then = f"restarting it in {failing.restart_at - now:.0f}s" if waiting else "restarted"
+            times = "once" if failing.failures == 1 else f"{failing.failures} times in a row"
             problems.append(
-                f"projection {store!r} failed {failing.failures} time(s) in a row, last with: "
-                f"{failing.error}; {then}"
+                f"projection {store!r} failed {times}, last with: {failing.error}; {then}"
             )
         problems += [
             f"store {store!r} partition {partition} {reason} (on_error='stop': fix the cause, "
@@ -340,13 +340,15 @@ class ProjectionRunner:
         self.queries.clear()
 
 
+#: The line a Python traceback ends with: the exception raised, whatever its class's name.
+_RAISED = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(\S.*)$", re.MULTILINE)
 _PYTHON_ERROR = re.compile(r"^\w[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
 
 
 def _error_summary(error: object) -> str:
     """The Python error inside a Spark error (else its first line), without stack traces."""
     text = str(error).strip()
-    raised = _PYTHON_ERROR.search(text)
+    raised = _RAISED.search(text) or _PYTHON_ERROR.search(text)
     if raised is not None:
-        return raised.group(0)
+        return raised.group(raised.lastindex or 0)
     return text.splitlines()[0] if text else repr(error)
