@@ -1,5 +1,6 @@
-"""Steps for poison records: records written raw to a topic, what the stores' policies made of
-them (dead-letter topics, ``/metrics``, ``/ready``), and commands around them.
+"""Steps for poison records: records written raw to a topic, and what the stores' policies
+made of them (dead-letter topics, ``/metrics``, ``/ready``). The command side's replay of them:
+:mod:`foldstream.testing.replay_steps`.
 
 ::
 
@@ -14,10 +15,6 @@ them (dead-letter topics, ``/metrics``, ``/ready``), and commands around them.
     Then nothing was dead-lettered for "k" by store "stock"
     Then its metrics count 1 more record of store "stock" dead-lettered
     Then commands on every partition still fold into store "stock"
-    Then product "bad" refuses "receive_shipment" with {"quantity": 1}, naming the record it
-      could not replay                                                   (one line)
-    Then product "ok" still takes "receive_shipment" with {"quantity": 1}
-    Then the instance's replays skipped at least 1 record
     Then /ready names the partition of "k" in store "s" stopped at its offset, saying "failing"
 
 Record kinds written to the events topic: ``garbage`` (bytes, no headers), ``headerless`` (an
@@ -29,7 +26,6 @@ service whose JSON holds a 5000-digit integer), ``forged-creation`` (a created e
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -319,12 +315,6 @@ def poison_counted(
     assert last[0] == int(count), last
 
 
-@then(parsers.re(r"the instance's replays skipped at least (?P<count>\d+) records?"))
-def replays_skipped(instance: InstanceProcess, count: str) -> None:
-    skipped = scrape(instance.url).get(("foldstream_command_replay_skipped_total", frozenset()))
-    assert skipped is not None and skipped >= int(count), skipped
-
-
 @then(parsers.parse('commands on every partition still fold into store "{store}"'))
 def every_partition_folds(instance: InstanceProcess, store: str) -> None:
     """A new product on each partition of the events topic takes a shipment, and the store
@@ -345,46 +335,6 @@ def every_partition_folds(instance: InstanceProcess, store: str) -> None:
         assert status == 200, body
     for key in keys.values():
         store_has_value(instance, store, key)
-
-
-def _command(
-    instance: InstanceProcess, aggregate: str, aggregate_id: str, command: str, arguments: str
-) -> tuple[int, Any]:
-    url = f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}"
-    return http("POST", url, json.loads(arguments))
-
-
-@then(
-    parsers.re(
-        r'(?P<aggregate>[\w-]+) "(?P<aggregate_id>[^"]+)" refuses "(?P<command>\w+)" with '
-        r"(?P<arguments>\{.*\}), naming the record it could not replay"
-    )
-)
-def refuses_commands(
-    instance: InstanceProcess,
-    written: dict[str, list[Written]],
-    aggregate: str,
-    aggregate_id: str,
-    command: str,
-    arguments: str,
-) -> None:
-    record = written[aggregate_id][0]
-    status, body = _command(instance, aggregate, aggregate_id, command, arguments)
-    assert status == 409, body
-    assert f"partition {record.partition} offset {record.offset}" in body["error"], body
-
-
-@then(
-    parsers.re(
-        r'(?P<aggregate>[\w-]+) "(?P<aggregate_id>[^"]+)" still takes "(?P<command>\w+)" with '
-        r"(?P<arguments>\{.*\})"
-    )
-)
-def still_takes_commands(
-    instance: InstanceProcess, aggregate: str, aggregate_id: str, command: str, arguments: str
-) -> None:
-    status, body = _command(instance, aggregate, aggregate_id, command, arguments)
-    assert status == 200, body
 
 
 @then(
