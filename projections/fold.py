@@ -47,11 +47,13 @@ from foldstream.projections.poison import (
     STOPPED,
     Apply,
     PoisonPolicy,
+    ValueTooLarge,
     apply_retried,
     describe,
 )
 from foldstream.projections.projection import Projection
 from foldstream.projections.task_output import (
+    MAX_VALUE_BYTES,
     ChangelogTarget,
     Folded,
     await_changelog,
@@ -110,6 +112,8 @@ def fold_and_send(
         current = None if key is None else get(key)  # the store host's errors are not records'
         try:
             new_value = _no_key() if key is None else apply(current, record)
+            if new_value is not None and len(new_value) + len(key) > MAX_VALUE_BYTES:
+                _too_large(key, new_value)
         except BrokerUnavailable:
             raise
         except Exception as error:
@@ -137,6 +141,13 @@ def fold_and_send(
 
 def _no_key() -> bytes | None:
     raise UndecodableRecord(NO_KEY)
+
+
+def _too_large(key: bytes, value: bytes) -> None:
+    raise ValueTooLarge(
+        f"the value of {key[:100]!r} would take {len(key) + len(value)} bytes with its key, "
+        f"more than a changelog record may ({MAX_VALUE_BYTES})"
+    )
 
 
 def _retry_or_handle(

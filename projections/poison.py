@@ -77,9 +77,19 @@ def bounded_utf8(text: str, limit: int = ERROR_HEADER_BYTES) -> bytes:
     return data[: max(0, limit - 3)].decode("utf-8", errors="ignore").encode() + b"..."
 
 
+class ValueTooLarge(ValueError):
+    """The value a record folds to is larger than a changelog record may be
+    (:data:`~foldstream.projections.task_output.MAX_VALUE_BYTES`): the store could not keep
+    its changelog, so the record is poison.
+
+    Remedy: keep less per key in the fold, or split the state over more keys.
+    """
+
+
 def _retryable(error: BaseException) -> bool:
-    # A record that is not an event of the service fails the same way every time.
-    return not isinstance(error, UndecodableRecord | BrokerUnavailable)
+    # A record that is not an event of the service, or that folds to a value too large, fails
+    # the same way every time.
+    return not isinstance(error, UndecodableRecord | ValueTooLarge | BrokerUnavailable)
 
 
 def apply_retried(

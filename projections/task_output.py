@@ -27,6 +27,11 @@ from foldstream.state.host import PartitionStop
 _producers: dict[str, Producer] = {}
 #: How long a task waits for its changelog records' acknowledgements before it fails.
 CHANGELOG_ACK_TIMEOUT_S = 30
+#: The largest record the task's producer sends (librdkafka's default, and about the Kafka
+#: brokers' default), and the largest key and value a store keeps: the rest of a changelog
+#: record is its headers and librdkafka's accounting of them.
+MAX_RECORD_BYTES = 1_000_000
+MAX_VALUE_BYTES = MAX_RECORD_BYTES - 4096
 
 
 def task_producer(bootstrap: str) -> Producer:
@@ -41,6 +46,7 @@ def task_producer(bootstrap: str) -> Producer:
                 # Records still queued when their task gives up must never land later, after
                 # the retry's: they expire first (librdkafka then drops them for good).
                 **{
+                    "message.max.bytes": MAX_RECORD_BYTES,
                     "queue.buffering.max.messages": 1_000_000,
                     "batch.num.messages": 10_000,
                     "message.timeout.ms": CHANGELOG_ACK_TIMEOUT_S * 1000 * 2 // 3,

@@ -30,6 +30,7 @@ from foldstream.projections.poison import (
     ERROR_HEADER_BYTES,
     bounded_utf8,
 )
+from foldstream.projections.task_output import MAX_VALUE_BYTES
 from foldstream.state.host import StoreHost
 from foldstream.testing.kafka import read_topic
 
@@ -305,3 +306,16 @@ def test_an_error_header_is_valid_utf8_of_bounded_length() -> None:
     assert len(cut) <= ERROR_HEADER_BYTES and cut.endswith(b"...")
     assert cut.decode("utf-8")  # cut at a character, never inside one
     assert bounded_utf8("a\udc80b") == b"a?b"
+
+
+def test_a_value_too_large_for_the_changelog_is_a_poison_record(
+    broker: EmbeddedBroker, host: StoreHost
+) -> None:
+    task = options(broker, host, "flaky")
+    huge = b'"' + b"x" * MAX_VALUE_BYTES + b'"'
+    records = [(0, EventRecord(b"k", b'{"n": 1}', ())), (1, EventRecord(b"k", huge, ()))]
+    assert run(task, [{0: records}]) == {0: (2, 1)}
+    assert value_of(host, "flaky", 0, b"k") == {"n": 1}
+    [(_, _, key, value, headers)] = dead_letters(broker, task)
+    assert (key, value) == (b"k", huge)
+    assert dict(headers)[DLQ_ERROR_HEADER].startswith(b"ValueTooLarge: the value of b'k'")
