@@ -112,7 +112,7 @@ def fold_and_send(
         current = None if key is None else get(key)  # the store host's errors are not records'
         try:
             new_value = _no_key() if key is None else apply(current, record)
-            if new_value is not None and len(new_value) + len(key) > MAX_VALUE_BYTES:
+            if len(key) + len(new_value or b"") > MAX_VALUE_BYTES:
                 _too_large(key, new_value)
         except BrokerUnavailable:
             raise
@@ -143,10 +143,10 @@ def _no_key() -> bytes | None:
     raise UndecodableRecord(NO_KEY)
 
 
-def _too_large(key: bytes, value: bytes) -> None:
+def _too_large(key: bytes, value: bytes | None) -> None:
     raise ValueTooLarge(
-        f"the value of {key[:100]!r} would take {len(key) + len(value)} bytes with its key, "
-        f"more than a changelog record may ({MAX_VALUE_BYTES})"
+        f"the value of {key[:100]!r} would take {len(key) + len(value or b'')} bytes with its "
+        f"key, more than a changelog record may ({MAX_VALUE_BYTES})"
     )
 
 

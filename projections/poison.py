@@ -50,6 +50,7 @@ DLQ_TOPIC_HEADER = "foldstream-dlq-topic"  # the source record's topic, partitio
 DLQ_PARTITION_HEADER = "foldstream-dlq-partition"
 DLQ_OFFSET_HEADER = "foldstream-dlq-offset"
 DLQ_VALUE_OMITTED_HEADER = "foldstream-dlq-value-omitted"  # the value's size, if it was left out
+DLQ_KEY_OMITTED_HEADER = "foldstream-dlq-key-omitted"  # the key's size, if it was left out
 
 #: What became of a poison record, as the task reports it (the metric's ``outcome`` label).
 DEAD_LETTERED, SKIPPED, STOPPED = "dead_lettered", "skipped", "stopped"
@@ -160,29 +161,35 @@ class PoisonPolicy(NamedTuple):
             (DLQ_PARTITION_HEADER, str(self.partition).encode()),
             (DLQ_OFFSET_HEADER, str(offset).encode()),
         ]
-        producer, topic = self.producer, self.dead_letter_topic
-
-        def send(value: bytes | None, headers: list[tuple[str, bytes | None]]) -> None:
-            produce_when_room(
-                producer,
-                topic,
-                wait_s=0.01,
-                key=record.key,
-                value=value,
-                headers=headers,
-                partition=self.partition,
-                on_delivery=on_delivery,
-            )
-
-        try:
-            send(record.value, headers)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                raise
-            # The error's headers pushed a record near the size limit over it: its coordinates
+        ours = headers[len(record.headers) :]
+        omitted = [
+            # The error's headers pushed a record near the size limit over it: without its
+            # value (and, if its key alone is that large, without its key), its coordinates
             # still find it in the source topic.
-            size = str(len(record.value or b"")).encode()
-            send(None, [*headers[len(record.headers) :], (DLQ_VALUE_OMITTED_HEADER, size)])
+            (DLQ_VALUE_OMITTED_HEADER, str(len(record.value or b"")).encode()),
+            (DLQ_KEY_OMITTED_HEADER, str(len(record.key or b"")).encode()),
+        ]
+        attempts = [
+            (record.key, record.value, headers),
+            (record.key, None, [*ours, omitted[0]]),
+            (None, None, [*ours, *omitted]),
+        ]
+        for n, (key, value, sent_headers) in enumerate(attempts, start=1):
+            try:
+                produce_when_room(
+                    self.producer,
+                    self.dead_letter_topic,
+                    wait_s=0.01,
+                    key=key,
+                    value=value,
+                    headers=sent_headers,
+                    partition=self.partition,
+                    on_delivery=on_delivery,
+                )
+                return
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE or n == len(attempts):
+                    raise
 
 
 _log_lock = threading.Lock()

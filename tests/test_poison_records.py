@@ -22,6 +22,7 @@ from foldstream.projections import fold
 from foldstream.projections.chunks import Records
 from foldstream.projections.poison import (
     DLQ_ERROR_HEADER,
+    DLQ_KEY_OMITTED_HEADER,
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
     DLQ_STORE_HEADER,
@@ -284,19 +285,27 @@ def test_an_infrastructure_error_fails_the_task_and_moves_past_no_record(
     assert value_of(host, "flaky", 0, b"k") == json.loads(value)
 
 
-def test_a_record_without_a_key_is_dead_lettered_whole_or_without_a_value_too_large(
+def test_a_poison_record_is_dead_lettered_whole_or_without_what_makes_it_too_large(
     broker: EmbeddedBroker, host: StoreHost
 ) -> None:
     task = options(broker, host, "flaky")
     large = b'"' + b"x" * 999_898 + b'"'  # fits a record, not with the error's headers too
-    records = [(5, EventRecord(None, b"{}", ())), (6, EventRecord(None, large, ()))]  # type: ignore[arg-type]
-    assert run(task, [{1: records}]) == {1: (2, 6)}
-    first, second = dead_letters(broker, task)
-    assert (first[2], first[3]) == (None, b"{}")
-    assert dict(first[4])[DLQ_ERROR_HEADER].startswith(b"UndecodableRecord: a record without a key")
-    assert (second[2], second[3]) == (None, None)
-    assert dict(second[4])[DLQ_VALUE_OMITTED_HEADER] == str(len(large)).encode()
-    assert dict(second[4])[DLQ_OFFSET_HEADER] == b"6"
+    records: Records = [
+        (5, EventRecord(None, b"{}", ())),  # type: ignore[arg-type]
+        (6, EventRecord(None, large, ())),  # type: ignore[arg-type]
+        (7, EventRecord(b"k" * 999_900, b"{}", ())),  # a key too large for a stored value
+    ]
+    assert run(task, [{1: records}]) == {1: (3, 7)}
+    whole, valueless, keyless = dead_letters(broker, task)
+    assert (whole[2], whole[3]) == (None, b"{}")
+    assert dict(whole[4])[DLQ_ERROR_HEADER].startswith(b"UndecodableRecord: a record without a key")
+    assert (valueless[2], valueless[3]) == (None, None)
+    assert dict(valueless[4])[DLQ_VALUE_OMITTED_HEADER] == str(len(large)).encode()
+    assert dict(valueless[4])[DLQ_OFFSET_HEADER] == b"6"
+    assert (keyless[2], keyless[3]) == (None, None)
+    found = dict(keyless[4])
+    assert (found[DLQ_KEY_OMITTED_HEADER], found[DLQ_OFFSET_HEADER]) == (b"999900", b"7")
+    assert found[DLQ_ERROR_HEADER].startswith(b"ValueTooLarge")
 
 
 def test_an_error_header_is_valid_utf8_of_bounded_length() -> None:
