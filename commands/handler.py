@@ -8,15 +8,11 @@ the previous ones left (including commands whose transaction is still in flight)
 version is checked against the partition's latest state. Their events are appended by group
 commit (:mod:`.group_commit`); a failed transaction closes the writer, which fails every later
 command too, and the partition's aggregates are rebuilt by a replay when it is taken again.
-
-A replay never stops at a record: one that is not a foldstream event is skipped (and counted);
-an event that cannot be decoded or applied is skipped too, and its aggregate answers commands
-with :class:`AggregateUnreplayable` (HTTP 409) naming the record, until a later replay applies
-it. The partition's other aggregates take commands as usual.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -184,8 +180,6 @@ class CommandHandler:
         self._guard = threading.Lock()  # _writers and _replaying
         self._writers: dict[int, PartitionWriter] = {}
         self._replaying: set[int] = set()
-        # {partition: {aggregate id: why}}: aggregates with an event replay could not apply.
-        self._unreplayable: dict[int, dict[str, str]] = {}
         self._replay_skipped = 0  # records replays skipped, for the metrics
         self._executor: ThreadPoolExecutor | None = None
         self._committer = GroupCommitter(lambda: self._executor, self._release)
@@ -203,11 +197,11 @@ class CommandHandler:
 
     def counts(self) -> dict[str, int]:
         """``{"transactions": n, "commands": n}`` committed since the start (group commit puts
-        several commands in one transaction under load)."""
-        return {
-            "transactions": self._committer.transactions,
-            "commands": self._committer.commands,
-            "replay_skipped": self._replay_skipped,
+        several commands in one transaction under load), and ``replay_skipped``: records
+        replays skipped (:mod:`.replay`)."""
+        committed = self._committer
+        return {"transactions": committed.transactions, "commands": committed.commands} | {
+            "replay_skipped": self._replay_skipped
         }
 
     def owned(self) -> frozenset[int]:
@@ -249,7 +243,7 @@ class CommandHandler:
                 if writers:
                     with ThreadPoolExecutor(max_workers=min(8, len(writers))) as pool:
                         list(pool.map(PartitionWriter.open, writers.values()))
-                replayed, unreplayable = self._replay(writers, still_wanted)
+                replayed = self._replay(writers, still_wanted)
                 _check_wanted(writers, still_wanted)
             except BaseException:
                 for writer in writers.values():
@@ -259,9 +253,6 @@ class CommandHandler:
                 raise
             with self._guard:
                 self._writers.update(writers)
-                for partition in writers:
-                    self._unreplayable.pop(partition, None)  # from an earlier hold
-                self._unreplayable.update(unreplayable)
                 self._replaying.difference_update(new)
         log.info("took partitions %s of %s over: %d events replayed", new, self.topic, replayed)
         return replayed
@@ -275,8 +266,6 @@ class CommandHandler:
         with self._membership:
             with self._guard:
                 writers = [self._writers.pop(p) for p in set(partitions) if p in self._writers]
-                for writer in writers:
-                    self._unreplayable.pop(writer.partition, None)
             for writer in writers:
                 writer.close()
 
@@ -301,22 +290,18 @@ class CommandHandler:
         self,
         writers: Mapping[int, PartitionWriter],
         still_wanted: Callable[[int], bool] | None = None,
-    ) -> tuple[int, dict[int, dict[str, str]]]:
-        """Rebuild the aggregates of ``writers``' partitions (:func:`.replay.replay`), checking
-        between batches that they are still wanted; returns the events replayed and
-        ``{partition: {aggregate id: why}}`` of the aggregates left out."""
+    ) -> int:
         if not writers:
-            return 0, {}
+            return 0
+        held = {p: w.aggregates for p, w in writers.items()}
+        check = functools.partial(_check_wanted, writers, still_wanted)
         replayed = replay(
-            self._codec,
-            self.bootstrap,
-            self.topic,
-            {p: w.aggregates for p, w in writers.items()},
-            fetch_wait_max_ms=self.fetch_wait_max_ms,
-            between_batches=lambda: _check_wanted(writers, still_wanted),
+            self._codec, self.bootstrap, self.topic, held, self.fetch_wait_max_ms, check
         )
         self._replay_skipped += replayed.skipped
-        return replayed.events, replayed.unreplayable
+        for partition, unreplayable in replayed.unreplayable.items():
+            writers[partition].unreplayable = unreplayable
+        return replayed.events
 
     def _writer(self, partition: int) -> PartitionWriter:
         with self._guard:
@@ -335,7 +320,6 @@ class CommandHandler:
             mine = self._writers.get(writer.partition) is writer
             if mine:
                 del self._writers[writer.partition]
-                self._unreplayable.pop(writer.partition, None)
         if mine:
             log.warning("gave partition %d up: %s", writer.partition, error)
             if self.on_released is not None:
@@ -367,10 +351,9 @@ class CommandHandler:
         partition's writer, in one transaction with those of the commands queued beside them.
         Nothing is appended and nothing changes in memory when the command is rejected
         (:class:`NotOwner`, :class:`VersionConflict`, :class:`DomainRuleViolation`,
-        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`AggregateUnreplayable`).
-        When its transaction fails (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the
-        handler gives the partition up with its aggregates, and every command queued after it
-        fails too.
+        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`AggregateUnreplayable`). When
+        its transaction fails (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the handler
+        gives the partition up with its aggregates, and every command queued after it fails too.
         """
         signature = self.signature(aggregate, command)
         kwargs = bind_arguments(signature, self._hints[aggregate][command], arguments)
@@ -380,9 +363,8 @@ class CommandHandler:
         partition = self.partition_of(aggregate_id)
         # No await until the events are queued: commands of a partition run one at a time.
         writer = self._writer(partition)
-        unreplayable = self._unreplayable.get(partition)
-        if unreplayable and aggregate_id in unreplayable:
-            raise AggregateUnreplayable(aggregate_id, unreplayable[aggregate_id])
+        if aggregate_id in writer.unreplayable:
+            raise AggregateUnreplayable(aggregate_id, writer.unreplayable[aggregate_id])
         current = writer.aggregates.get(aggregate_id)
         if current is not None and not isinstance(current, cls):
             raise UnknownCommand(

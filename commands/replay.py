@@ -56,7 +56,6 @@ def replay(
     bootstrap: str,
     topic: str,
     aggregates: Mapping[int, dict[str, Aggregate]],
-    *,
     fetch_wait_max_ms: int = 10,
     between_batches: Callable[[], None] = lambda: None,
 ) -> Replayed:

@@ -32,11 +32,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 from pytest_bdd import given, parsers, then, when
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka import partition_for, producer_config, read_to_end, topic_partitions
+from foldstream.kafka_client import admin_client
 from foldstream.process import InstanceProcess, http
 from foldstream.projections.poison import (
     DLQ_ERROR_HEADER,
@@ -227,7 +227,7 @@ def stop_and_start(instance: InstanceProcess) -> None:
 
 @given(parsers.parse('"{first}" and "{second}" are in different partitions of "{topic}"'))
 def different_partitions(broker: EmbeddedBroker, first: str, second: str, topic: str) -> None:
-    count = topic_partitions(AdminClient({"bootstrap.servers": broker.bootstrap}), topic)
+    count = topic_partitions(admin_client(broker.bootstrap), topic)
     assert count, f"topic {topic!r} does not exist"
     assert partition_for(first.encode(), count) != partition_for(second.encode(), count)
 
@@ -237,7 +237,7 @@ def _dead_letters(instance: InstanceProcess, store: str) -> list[Any]:
     definition, settings = service_of(instance)
     topic = settings.dead_letter_topic(store)
     source = definition.projection(store).source_topic(settings.events_topic)
-    partitions = topic_partitions(AdminClient({"bootstrap.servers": instance.bootstrap}), source)
+    partitions = topic_partitions(admin_client(instance.bootstrap), source)
     assert partitions, f"{source} does not exist"
     return [m for batch in read_to_end(instance.bootstrap, topic, partitions) for m in batch]
 
