@@ -28,7 +28,8 @@ from bench.workload import sku
 from foldstream.examples.inventory import service
 from foldstream.kafka import consume_available, consumer_config
 from foldstream.offsets import EndOffsets
-from foldstream.projections.fold import fold_partition, records_of_messages
+from foldstream.projections.chunks import records_of_messages
+from foldstream.projections.fold import fold_partition
 from foldstream.state import RocksDBWriter, partition_path
 
 IN_FLIGHT = 64

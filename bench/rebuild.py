@@ -13,7 +13,8 @@ from bench.procs import cpu_by_kind
 from bench.workload import expected_on_hand, sku
 from foldstream.examples.inventory import service
 from foldstream.kafka import read_to_end
-from foldstream.projections.fold import fold_partition, records_of_messages
+from foldstream.projections.chunks import records_of_messages
+from foldstream.projections.fold import fold_partition
 from foldstream.projections.runner import ProjectionRunner
 from foldstream.settings import Settings
 from foldstream.state import RocksDBReader, RocksDBWriter, partition_path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from foldstream.commands.handler import (
+    AggregateUnreplayable,
     CommandHandler,
     CommandResult,
     InvalidArguments,
@@ -11,6 +12,7 @@ from foldstream.commands.handler import (
 )
 
 __all__ = [
+    "AggregateUnreplayable",
     "CommandHandler",
     "CommandResult",
     "InvalidArguments",

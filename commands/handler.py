@@ -12,6 +12,7 @@ command too, and the partition's aggregates are rebuilt by a replay when it is t
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -22,20 +23,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from foldstream.commands.group_commit import MAX_RECORD_BYTES, GroupCommitter
+from foldstream.commands.replay import AggregateUnreplayable, replay
 from foldstream.commands.working_copy import working_copy
 from foldstream.commands.writer import PartitionWriter
-from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, EventRecord, commands_of
+from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, commands_of
 from foldstream.errors import (
     ConfigurationError,
     FoldstreamError,
     NotOwner,
 )
-from foldstream.kafka import partition_for, read_to_end
+from foldstream.kafka import partition_for
 
 log = logging.getLogger(__name__)
-
-# Records carrying this header are not domain events; replay skips them.
-CONTROL_HEADER = "foldstream-control"
 
 
 class UnknownCommand(FoldstreamError):
@@ -170,7 +169,7 @@ class CommandHandler:
         self.fetch_wait_max_ms = fetch_wait_max_ms
         self.transaction_timeout = transaction_timeout
         self.on_released = on_released
-        self._codec = EventCodec()
+        self._codec = EventCodec(self.aggregates.values())
         self._commands = {name: commands_of(cls) for name, cls in self.aggregates.items()}
         self._hints = {
             name: {c: typing.get_type_hints(getattr(cls, c)) for c in self._commands[name]}
@@ -182,6 +181,7 @@ class CommandHandler:
         self._guard = threading.Lock()  # _writers and _replaying
         self._writers: dict[int, PartitionWriter] = {}
         self._replaying: set[int] = set()
+        self._replay_skipped = 0  # records replays skipped, for the metrics
         self._executor: ThreadPoolExecutor | None = None
         # Refuses a command whose event the producer would refuse (:class:`RecordTooLarge`).
         self._committer = GroupCommitter(
@@ -201,8 +201,12 @@ class CommandHandler:
 
     def counts(self) -> dict[str, int]:
         """``{"transactions": n, "commands": n}`` committed since the start (group commit puts
-        several commands in one transaction under load)."""
-        return {"transactions": self._committer.transactions, "commands": self._committer.commands}
+        several commands in one transaction under load), and ``replay_skipped``: records
+        replays skipped (:mod:`.replay`)."""
+        committed = self._committer
+        return {"transactions": committed.transactions, "commands": committed.commands} | {
+            "replay_skipped": self._replay_skipped
+        }
 
     def owned(self) -> frozenset[int]:
         """The partitions accepting commands (assigned and replayed)."""
@@ -293,22 +297,15 @@ class CommandHandler:
     ) -> int:
         if not writers:
             return 0
-        replayed = 0
-        for batch in read_to_end(
-            self.bootstrap, self.topic, writers, fetch_wait_max_ms=self.fetch_wait_max_ms
-        ):
-            _check_wanted(writers, still_wanted)
-            for message in batch:
-                record = EventRecord.from_message(message)
-                if record.header(CONTROL_HEADER) is None:
-                    self._apply(writers[message.partition()].aggregates, record)
-                    replayed += 1
-        return replayed
-
-    def _apply(self, aggregates: dict[str, Aggregate], record: EventRecord) -> None:
-        domain_event = self._codec.decode(record)
-        key = record.key.decode()
-        aggregates[key] = domain_event.mutate(aggregates.get(key))
+        held = {p: w.aggregates for p, w in writers.items()}
+        check = functools.partial(_check_wanted, writers, still_wanted)
+        replayed = replay(
+            self._codec, self.bootstrap, self.topic, held, self.fetch_wait_max_ms, check
+        )
+        self._replay_skipped += replayed.skipped
+        for partition, unreplayable in replayed.unreplayable.items():
+            writers[partition].unreplayable = unreplayable
+        return replayed.events
 
     def _writer(self, partition: int) -> PartitionWriter:
         with self._guard:
@@ -358,10 +355,10 @@ class CommandHandler:
         partition's writer, in one transaction with those of the commands queued beside them.
         Nothing is appended and nothing changes in memory when the command is rejected
         (:class:`NotOwner`, :class:`VersionConflict`, :class:`DomainRuleViolation`,
-        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`RecordTooLarge`). When its
-        transaction fails
-        (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the handler gives the partition
-        up with its aggregates, and every command queued after it fails too.
+        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`RecordTooLarge`,
+        :class:`AggregateUnreplayable`). When its transaction fails (:class:`PartitionFenced`,
+        :class:`BrokerUnavailable`) the handler gives the partition up with its aggregates, and
+        every command queued after it fails too.
         """
         signature = self.signature(aggregate, command)
         kwargs = bind_arguments(signature, self._hints[aggregate][command], arguments)
@@ -371,6 +368,8 @@ class CommandHandler:
         partition = self.partition_of(aggregate_id)
         # No await until the events are queued: commands of a partition run one at a time.
         writer = self._writer(partition)
+        if aggregate_id in writer.unreplayable:
+            raise AggregateUnreplayable(aggregate_id, writer.unreplayable[aggregate_id])
         current = writer.aggregates.get(aggregate_id)
         if current is not None and not isinstance(current, cls):
             raise UnknownCommand(

@@ -9,6 +9,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.commands.handler import (
+    AggregateUnreplayable,
     CommandHandler,
     InvalidArguments,
     UnknownCommand,
@@ -90,7 +91,8 @@ def command_routes(
         Optional ``?expected_version=N`` (or header ``If-Match: N``): run only if the aggregate
         is at version N (0 = no events yet). Answers 200 with the events and the position of
         the last one; 400 bad arguments, version or path; 404 unknown aggregate or command;
-        409 version conflict (``current_version`` in the body); 413 body or event too large;
+        409 version conflict (``current_version`` in the body) or an aggregate whose events
+        could not be replayed (the record and cause in ``error``); 413 body or event too large;
         414 URL too long; 422 domain rule broken; 503 with ``Retry-After`` when this instance
         does not own the aggregate's partition (``partition`` in the body) or Kafka failed.
         Nothing is appended unless the answer is 200, except after a 503 naming an unknown
@@ -124,6 +126,8 @@ def command_routes(
             return error_response(413, str(exc))
         except VersionConflict as exc:
             return _error(409, exc, expected_version=exc.expected, current_version=exc.current)
+        except AggregateUnreplayable as exc:
+            return error_response(409, str(exc))
         except DomainRuleViolation as exc:
             return error_response(422, str(exc))
         except NotOwner as exc:

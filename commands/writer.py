@@ -59,6 +59,8 @@ class PartitionWriter:
         self.transactional_id = transactional_id
         self.timeout = timeout
         self.aggregates: dict[str, Aggregate] = {}
+        #: ``{aggregate id: why}``: aggregates with an event the replay could not apply.
+        self.unreplayable: dict[str, str] = {}
         self._producer: Any = Producer(
             producer_config(
                 bootstrap, linger_ms=linger_ms, **{"transactional.id": transactional_id}

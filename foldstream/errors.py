@@ -90,9 +90,9 @@ class InvalidRequest(FoldstreamError):
     """An HTTP request is malformed or exceeds one of the instance's input limits: HTTP
     ``status`` (400; 413 a body too large; 414 a URL too long; 401 missing credentials).
 
-    Remedy (client): fix what the message names; the limits are in ``docs/reference/http.md``. Remedy
-    (operator): raise the limit (:class:`foldstream.http_input.InputLimits`) if legitimate
-    requests hit it.
+    Remedy (client): fix what the message names; the limits are in
+    ``docs/reference/http.md``. Remedy (operator): raise the limit
+    (:class:`foldstream.http_input.InputLimits`) if legitimate requests hit it.
     """
 
     def __init__(self, message: str, status: int = 400) -> None:
@@ -107,4 +107,17 @@ class RecordTooLarge(FoldstreamError):
 
     Remedy (client): send smaller arguments. Remedy (operator): if such events are legitimate,
     raise the producer's and the topic's message size limits and ``max_event_bytes`` together.
+    """
+
+
+class UndecodableRecord(FoldstreamError, ValueError):
+    """A record on a topic the service reads is not an event of the service's own aggregates:
+    no key, no ``event-type`` or ``version`` header, a type that names no event class of the
+    service's aggregates, or a value that is not such an event's JSON.
+
+    Nothing is imported to find out: an unknown type is rejected, whatever module it names.
+    Projections treat the record as a poison record (their ``on_error`` policy: dead-letter,
+    skip or stop); the command side skips it when it replays. Remedy: find its producer (the
+    dead-letter record's headers give its topic, partition and offset). If the type is the old
+    name of an event class, register it: ``eventsourcing.utils.register_topic(old, cls)``.
     """

@@ -182,6 +182,7 @@ class Instance:
                 state_dir=settings.state_dir,
                 host=settings.store_host,
                 on_task=self.metrics.observe_task,
+                on_poison=self.metrics.observe_poison,
             )
             host.start()
             stack.callback(host.stop)

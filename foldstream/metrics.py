@@ -13,9 +13,14 @@ application imports can add to or clash with what an instance serves. What it ho
   them through the store host;
 - ``foldstream_projection_records_total{store}``: records the projection's completed tasks
   handled, as they report them (Spark's ``numInputRows`` counts the partitions they advanced);
+- ``foldstream_projection_poison_records_total{store,outcome}``: records the projection could
+  not fold, by what became of them (``dead_lettered``, ``skipped``, ``stopped``: its store's
+  ``on_error``), as its completed tasks report them;
 - ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
   transactions of the command side and the commands they carried (group commit: their ratio
   is the commands per transaction);
+- ``foldstream_command_replay_skipped_total``: records the command side skipped while it
+  replayed its partitions (not foldstream events, or events it could not decode or apply);
 - ``foldstream_partition_role{topic,partition,role}`` and
   ``foldstream_partition_lag{store,partition}``: what this instance serves (``active``),
   restores or keeps a ``standby`` copy of, and how far behind each local copy is;
@@ -69,6 +74,12 @@ class _CommandCounts(Collector):
             "Commands whose events were committed",
             value=counts.get("commands", 0),
         )
+        yield CounterMetricFamily(
+            "foldstream_command_replay_skipped",
+            "Records the command side skipped replaying its partitions: not foldstream events, "
+            "or events it could not decode or apply",
+            value=counts.get("replay_skipped", 0),
+        )
 
 
 class _ClusterFigures(Collector):
@@ -107,8 +118,8 @@ class _ClusterFigures(Collector):
 
 class InstanceMetrics:
     """The metrics of one instance. ``command_counts()`` returns the command side's
-    ``{"transactions": n, "commands": n}`` and ``cluster()`` the cluster member's figures
-    (None while they are not running)."""
+    ``{"transactions": n, "commands": n, "replay_skipped": n}`` and ``cluster()`` the cluster
+    member's figures (None while they are not running)."""
 
     def __init__(
         self,
@@ -145,6 +156,13 @@ class InstanceMetrics:
             ["store"],
             registry=self.registry,
         )
+        self.poison_records = Counter(
+            "foldstream_projection_poison_records",
+            "Records a projection could not fold, by what became of them (its store's "
+            "on_error): dead_lettered, skipped, or stopped (the partition stopped at it)",
+            ["store", "outcome"],
+            registry=self.registry,
+        )
         self.registry.register(_CommandCounts(command_counts))
         self.registry.register(_ClusterFigures(cluster))
 
@@ -164,6 +182,11 @@ class InstanceMetrics:
         for step, spent in seconds.items():
             self.task_seconds.labels(store, step).observe(spent)
         self.records.labels(store).inc(records)
+
+    def observe_poison(self, store: str, outcomes: Mapping[str, int]) -> None:
+        """Record a projection task's poison records, ``{outcome: records}``."""
+        for outcome, records in outcomes.items():
+            self.poison_records.labels(store, outcome).inc(records)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

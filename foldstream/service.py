@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from foldstream.domain import Aggregate, commands_of
+from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
 from foldstream.projections import Projection
 
@@ -32,17 +32,27 @@ class Service:
     """Everything that defines a service's behaviour (its environment is in ``Settings``).
 
     ``authentication``: who may send commands (and queries), checked on every request before
-    its route (``docs/reference/http.md``): a check ``(request) -> bool`` (sync or async) for commands,
+    its route (``docs/reference/http.md``): a check ``(request) -> bool`` (sync or async) for
+    commands,
     ``Middleware(RequireCredentials, check=..., queries=True)`` (:mod:`foldstream.auth`) to
     choose what it protects, or a Starlette ``Middleware`` of any class of your own.
+
+    :attr:`codec` decodes the events of the service's own aggregates and of nothing else; its
+    projections are given it (:meth:`Projection.for_events`), and so is its command side.
     """
 
     name: str
     aggregates: Mapping[str, type[Aggregate]] = field(default_factory=dict)
     projections: Sequence[Projection] = ()
     authentication: Check | Middleware | None = None
+    codec: EventCodec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        codec = EventCodec(self.aggregates.values())
+        object.__setattr__(self, "codec", codec)
+        object.__setattr__(
+            self, "projections", tuple(p.for_events(codec) for p in self.projections)
+        )
         stores = [p.store for p in self.projections]
         duplicated = {s for s in stores if stores.count(s) > 1}
         if duplicated:

@@ -38,11 +38,11 @@ class Settings:
     """Everything an instance needs to know about its environment.
 
     ``service`` prefixes every topic the service owns (``<service>.events``,
-    ``<service>.<store>.changelog``). ``bootstrap_servers`` may point at any Kafka cluster;
-    ``kafka_config`` names a properties file of its clients' security and other settings
-    (:mod:`~foldstream.kafka_client`). Topics are created with ``replication_factor`` and
-    ``min_insync_replicas`` (None: the brokers' defaults), unless ``create_topics`` is false:
-    then they must exist already.
+    ``<service>.<store>.changelog``, ``<service>.<store>.dlq``). ``bootstrap_servers`` may
+    point at any Kafka cluster; ``kafka_config`` names a properties file of its clients'
+    security and other settings (:mod:`~foldstream.kafka_client`). Topics are created with
+    ``replication_factor`` and ``min_insync_replicas`` (None: the brokers' defaults), unless
+    ``create_topics`` is false: then they must exist already.
     """
 
     service: str = "inventory"
@@ -151,6 +151,11 @@ class Settings:
 
     def changelog_topic(self, store: str) -> str:
         return f"{self.service}.{store}.changelog"
+
+    def dead_letter_topic(self, store: str) -> str:
+        """Where ``store``'s projection sends the records it cannot fold (``on_error``
+        ``dead-letter``): one partition per partition of its source topic."""
+        return f"{self.service}.{store}.dlq"
 
     @property
     def url(self) -> str:

@@ -26,24 +26,19 @@ def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str
         TopicSpec(settings.events_topic, settings.partitions),
         TopicSpec(settings.cluster_topic, 1, compact=True),
     ]
-    specs += [
-        TopicSpec(settings.changelog_topic(p.store), settings.partitions, compact=True)
-        for p in projections
-        if p.source_topic(settings.events_topic) == settings.events_topic
-    ]
     admin = admin_client(settings.bootstrap_servers)
     layout = {settings.events_topic: settings.partitions}
     for projection in projections:
         topic = projection.source_topic(settings.events_topic)
-        if topic in layout:
-            continue
-        count = topic_partitions(admin, topic)
-        if count is None:
-            raise ConfigurationError(
-                f"store {projection.store!r} reads topic {topic!r}, which does not exist"
-            )
-        layout[topic] = count
-        specs.append(TopicSpec(settings.changelog_topic(projection.store), count, compact=True))
+        if topic not in layout:
+            count = topic_partitions(admin, topic)
+            if count is None:
+                raise ConfigurationError(
+                    f"store {projection.store!r} reads topic {topic!r}, which does not exist"
+                )
+            layout[topic] = count
+        # Every store its own, also when several read one topic.
+        specs += store_topics(settings, projection.store, layout[topic])
     ensure_topics(
         settings.bootstrap_servers,
         specs,
@@ -52,3 +47,12 @@ def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str
         create=settings.create_topics,
     )
     return layout
+
+
+def store_topics(settings: Settings, store: str, partitions: int) -> list[TopicSpec]:
+    """A store's changelog (compacted) and dead-letter topic, as many partitions as its
+    source topic."""
+    return [
+        TopicSpec(settings.changelog_topic(store), partitions, compact=True),
+        TopicSpec(settings.dead_letter_topic(store), partitions),
+    ]

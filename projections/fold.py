@@ -18,165 +18,55 @@ acks, then commit values and the source offset in one RocksDB write batch. A cra
 two steps only re-sends identical changelog values on replay. The partitions are held open by
 the instance's :class:`~foldstream.state.host.StoreHost`, which the task reads and writes over a
 local connection.
+
+A record the projection cannot fold is a poison record (:mod:`~foldstream.projections.poison`):
+tried again a few times, then dead-lettered (queued with the chunk's changelog records, and
+acknowledged before the chunk commits), skipped, or the end of the partition's folding in this
+instance (its store's ``on_error``).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
-from confluent_kafka import Producer
-
-from foldstream.changelog import (
-    BATCH_END_HEADER,
-    BATCH_START_HEADER,
-    EPOCH_HEADER,
-    FOLDED_FROM_HEADER,
-    SOURCE_ID_HEADER,
-    SOURCE_OFFSET_HEADER,
-)
 from foldstream.domain.records import EventRecord
-from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import produce_when_room, producer_config
+from foldstream.errors import BrokerUnavailable, UndecodableRecord
+from foldstream.projections.chunks import (
+    FOLD_CHUNK_RECORDS,
+    Records,
+    offset_of,
+    partition_chunks,
+)
+from foldstream.projections.poison import (
+    NO_KEY,
+    STOPPED,
+    Apply,
+    PoisonPolicy,
+    ValueTooLarge,
+    apply_retried,
+    describe,
+)
 from foldstream.projections.projection import Projection
-from foldstream.projections.source import Planned
+from foldstream.projections.task_output import (
+    MAX_VALUE_BYTES,
+    ChangelogTarget,
+    Folded,
+    await_changelog,
+    changelog_position,
+    send_changes,
+    task_producer,
+)
 from foldstream.projections.task_steps import TaskSteps
 from foldstream.projections.worker import after_task, gc_paused
 from foldstream.state import PartitionWriter
-from foldstream.state.host import PartitionClosed, RemotePartition, call_host
+from foldstream.state.host import PartitionClosed, PartitionStop, RemotePartition, call_host
 
 log = logging.getLogger(__name__)
-
-_producers: dict[str, Producer] = {}
-#: How long a task waits for its changelog records' acknowledgements before it fails.
-CHANGELOG_ACK_TIMEOUT_S = 30
-
-
-def _producer(bootstrap: str) -> Producer:
-    # One idempotent producer per reused Python worker.
-    producer = _producers.get(bootstrap)
-    if producer is None:
-        producer = Producer(
-            producer_config(
-                bootstrap,
-                linger_ms=2,
-                # A rebuild sends up to a key per record: room for whole micro-batches.
-                # Records still queued when their task gives up must never land later, after
-                # the retry's: they expire first (librdkafka then drops them for good).
-                **{
-                    "queue.buffering.max.messages": 1_000_000,
-                    "batch.num.messages": 10_000,
-                    "message.timeout.ms": CHANGELOG_ACK_TIMEOUT_S * 1000 * 2 // 3,
-                },
-            )
-        )
-        _producers[bootstrap] = producer
-    return producer
-
-
-class ChangelogTarget(NamedTuple):
-    """Where a partition's changed values go: its changelog ``partition`` of ``topic``, each
-    record stamped with ``epoch``, the epoch of the instance's hold of the partition, and with
-    ``source_id``, the id of the source topic folded (None: the broker has no topic ids)."""
-
-    producer: Producer
-    topic: str
-    partition: int
-    epoch: int
-    source_id: str | None = None
-
-
-Records = list[tuple[int, EventRecord]]
-"""``(offset, record)`` pairs of one Kafka partition."""
-
-
-def records_of_messages(messages: Sequence[Any]) -> dict[int, Records]:
-    """confluent-kafka messages as ``{partition: records}``, each partition's in the order
-    read."""
-    found: dict[int, Records] = {}
-    for message in messages:
-        found.setdefault(message.partition(), []).append(
-            (message.offset(), EventRecord.from_message(message))
-        )
-    return found
-
-
-def records_of_planned(planned: Planned) -> dict[int, Records]:
-    """The records a micro-batch was planned with (:attr:`KafkaRanges.planned`) as
-    ``{partition: records}``."""
-    return {
-        partition: [
-            (r.offset, EventRecord(r.key, r.value, tuple(r.headers) if r.headers else ()))
-            for r in kept
-        ]
-        for partition, kept in planned
-    }
-
-
-#: Records of one partition that a task folds and commits together. A micro-batch is folded in
-#: such chunks as its fetches arrive, so a task's memory (records, changed values, queued
-#: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's: by this many
-#: records per partition the task reads (a partition's records wait until they fill a chunk or
-#: the task's input ends). Each chunk sends one changelog record per key it changed: larger
-#: chunks send fewer (a 2M-event rebuild over 100k keys, `make bench`, measured when a Python
-#: sink still folded what the reader yielded: 41.1k and 41.6k events per CPU-second at 50k,
-#: 37.7k at 20k).
-FOLD_CHUNK_RECORDS = 50_000
-
-
-def partition_chunks(
-    groups: Iterable[Mapping[int, Records]], chunk_records: int = FOLD_CHUNK_RECORDS
-) -> Iterator[tuple[int, Records]]:
-    """Records arriving as ``{partition: records}`` groups (a fetch each), as ``(partition,
-    records)`` chunks in offset order: a chunk is yielded once it holds ``chunk_records``
-    records, the rest of each partition at the end.
-
-    A partition's chunks must come in offset order, as the source reads them: a record at or
-    below an offset already yielded raises, because the fold would skip it as applied.
-    """
-    pending: dict[int, Records] = {}
-    yielded: dict[int, int] = {}
-
-    def ordered(partition: int) -> Records:
-        records = pending.pop(partition)
-        records.sort(key=_offset)
-        first, last = records[0][0], records[-1][0]
-        if first <= yielded.get(partition, -1):
-            raise RuntimeError(
-                f"partition {partition}: offset {first} arrived after offset "
-                f"{yielded[partition]} was folded; the source must read in offset order"
-            )
-        yielded[partition] = last
-        return records
-
-    for group in groups:
-        for partition, records in group.items():
-            if not records:
-                continue
-            held = pending.setdefault(partition, [])
-            held.extend(records)
-            if len(held) >= chunk_records:
-                yield partition, ordered(partition)
-    for partition in sorted(pending):
-        yield partition, ordered(partition)
-
-
-def _offset(item: tuple[int, EventRecord]) -> int:
-    return item[0]
-
-
-class Folded(NamedTuple):
-    """One partition's records folded, its changed values sent to the changelog and not yet
-    committed: :func:`commit_folded` commits it once the changelog records are acknowledged."""
-
-    writer: PartitionWriter
-    applied: int
-    last_offset: int
-    changelog: ChangelogTarget | None
-    landed: list[int]  # changelog offsets, filled in by delivery reports
-    errors: list[str]
 
 
 def fold_partition(
@@ -186,7 +76,7 @@ def fold_partition(
     changelog: ChangelogTarget | None,
 ) -> tuple[int, int] | None:
     """Fold ``records`` (one partition, offset order) into ``writer``, wait for the changelog's
-    acknowledgements and commit; returns (applied, offset)."""
+    acknowledgements and commit; returns (applied, offset). A record error is raised."""
     folded = fold_and_send(projection, writer, records, changelog)
     if folded is None:
         return None
@@ -199,103 +89,103 @@ def fold_and_send(
     writer: PartitionWriter,
     records: Records,
     changelog: ChangelogTarget | None,
+    poison: PoisonPolicy | None = None,
 ) -> Folded | None:
     """Fold the records of ``records`` not applied yet into ``writer`` (uncommitted) and queue
-    every changed key's new value for the changelog; None when all were applied already."""
+    every changed key's new value for the changelog; None when all were applied already.
+
+    A record that cannot be folded is tried again, then handled by ``poison`` (raised when it
+    is None); with the ``stop`` policy the fold ends before it (:attr:`Folded.stop`).
+    """
     applied_offset = writer.applied_offset()
     fresh = records
     if applied_offset is not None:
-        fresh = records[bisect.bisect_right(records, applied_offset, key=_offset) :]
+        fresh = records[bisect.bisect_right(records, applied_offset, key=offset_of) :]
     if not fresh:
         return None
+    folded = Folded(writer, changelog)
     changed: dict[bytes, bytes | None] = {}
     apply, get = projection.apply, writer.get
-    for _, record in fresh:
-        new_value = apply(get(record.key), record)
+    applied, last_offset = 0, None
+    for offset, record in fresh:
+        key = record.key
+        current = None if key is None else get(key)  # the store host's errors are not records'
+        try:
+            new_value = _no_key() if key is None else apply(current, record)
+            if len(key) + len(new_value or b"") > MAX_VALUE_BYTES:
+                _too_large(key, new_value)
+        except BrokerUnavailable:
+            raise
+        except Exception as error:
+            if poison is None:
+                raise
+            new_value, poisoned = _retry_or_handle(
+                folded, poison, apply, offset, record, current, error
+            )
+            if poisoned:
+                if folded.stop is not None:
+                    break
+                applied, last_offset = applied + 1, offset
+                continue
         if new_value is None:
-            writer.delete(record.key)
+            writer.delete(key)
         else:
-            writer.put(record.key, new_value)
-        changed[record.key] = new_value
-    last_offset = fresh[-1][0]
-    folded = Folded(writer, len(fresh), last_offset, changelog, [], [])
-    if changelog is None:
-        return folded
-    producer, topic, partition, epoch, source_id = changelog
-    headers = [
-        (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
-        (FOLDED_FROM_HEADER, str(-1 if applied_offset is None else applied_offset).encode()),
-        (EPOCH_HEADER, str(epoch).encode()),
-    ]
-    if source_id is not None:
-        headers.append((SOURCE_ID_HEADER, source_id.encode()))
-    # The first record opens the batch and the last closes it: a copy applies a batch only
-    # once it has all of it.
-    opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
-    first_key, last_key = next(iter(changed)), next(reversed(changed))
-    marked = {first_key: [*headers, opening]}
-    marked[last_key] = [*marked.get(last_key, headers), closing]
-
-    def on_delivery(error: Any, message: Any) -> None:
-        if error is not None:
-            folded.errors.append(str(error))
-        else:
-            folded.landed.append(message.offset())
-
-    for key, value in changed.items():
-        produce_when_room(
-            producer,
-            topic,
-            wait_s=0.01,
-            key=key,
-            value=value,
-            partition=partition,
-            headers=marked.get(key, headers),
-            on_delivery=on_delivery,
-        )
+            writer.put(key, new_value)
+        changed[key] = new_value
+        applied, last_offset = applied + 1, offset
+    folded.applied, folded.last_offset = applied, last_offset
+    if changelog is not None and changed:
+        send_changes(folded, changelog, changed, applied_offset)
     return folded
 
 
-def await_changelog(folded: Iterable[Folded]) -> None:
-    """Wait until the changelog records of ``folded`` are all acknowledged (one wait for all
-    of them: their partitions' acknowledgements come back in the same round trips), or raise
-    :class:`BrokerUnavailable`."""
-    waiting = [(f, f.changelog) for f in folded if f.changelog is not None]
-    unsent = sum(p.flush(CHANGELOG_ACK_TIMEOUT_S) for p in {t.producer for _, t in waiting})
-    failed = [(f, t) for f, t in waiting if f.errors]
-    if unsent or failed:
-        where = ", ".join(f"{t.topic}/{t.partition}" for _, t in failed)
-        errors = [e for f, _ in failed for e in f.errors][:3]
-        raise BrokerUnavailable(
-            f"changelog not acknowledged ({unsent} records unsent; {where or 'none'} failed): "
-            f"{errors}"
-        )
+def _no_key() -> bytes | None:
+    raise UndecodableRecord(NO_KEY)
 
 
-def commit_folded(folded: Folded) -> tuple[int, int]:
+def _too_large(key: bytes, value: bytes | None) -> None:
+    raise ValueTooLarge(
+        f"the value of {key[:100]!r} would take {len(key) + len(value or b'')} bytes with its "
+        f"key, more than a changelog record may ({MAX_VALUE_BYTES})"
+    )
+
+
+def _retry_or_handle(
+    folded: Folded,
+    poison: PoisonPolicy,
+    apply: Apply,
+    offset: int,
+    record: EventRecord,
+    current: bytes | None,
+    error: Exception,
+) -> tuple[bytes | None, bool]:
+    """``(value, False)`` of a record whose first attempt raised ``error``, once a retry
+    succeeds; else ``(None, True)``: the record is poison, handled by the store's policy and
+    recorded in ``folded`` (its outcome; where the partition stopped)."""
+    try:
+        return apply_retried(apply, current, record, error), False
+    except BrokerUnavailable:
+        raise
+    except Exception as final:  # noqa: BLE001 - any error of the record's is the policy's
+        if poison.on_error == "stop":
+            folded.stop = PartitionStop(offset, describe(final))
+            folded.outcomes[STOPPED] += 1
+        else:
+            folded.outcomes[poison.handle(offset, record, final, folded.on_delivery)] += 1
+            folded.dead_letters = poison.producer
+    return None, True
+
+
+def commit_folded(folded: Folded) -> tuple[int, int] | None:
     """Commit ``folded`` (values, source offset, changelog position in one write); returns
-    (applied, offset)."""
+    (applied, offset), or None when nothing was to commit (stopped at its first record)."""
+    if folded.last_offset is None:
+        return None
     changelog_offset = None
     if folded.changelog is not None:
         changelog_offset = changelog_position(folded.writer.changelog_offset(), folded.landed)
     folded.writer.commit(folded.last_offset, changelog_offset=changelog_offset)
     return folded.applied, folded.last_offset
-
-
-def changelog_position(stored: int | None, landed: list[int]) -> int | None:
-    """The changelog position to store with the state after its records ``landed``: where a
-    copy made from this state resumes following the changelog.
-
-    Right after the last of them when they follow the stored position directly, with nothing
-    among them. Records of another writer before or among them (a previous owner writing late,
-    a failed task's) are not in this state: the position then stays where it was, so that a
-    copy following the changelog from it reads them (fencing and source offsets decide what it
-    applies).
-    """
-    first, last = min(landed), max(landed)
-    alone = last - first + 1 == len(landed)  # offsets are unique: nothing else among them
-    follows = first == (-1 if stored is None else stored) + 1
-    return last if alone and follows else stored
 
 
 Fetched = TypeVar("Fetched")
@@ -309,75 +199,122 @@ def fold_task(
     """Fold one Spark task's records (see the module docstring), which arrive as ``fetches``
     that ``decode`` turns into ``{partition: records}``, with the options of
     :class:`~foldstream.projections.datasources.FoldSource`; returns ``{partition: (records
-    applied, last offset)}``. The time of each step and the records handled go to the store
-    host (:mod:`~foldstream.projections.task_steps`)."""
-    from foldstream.service import load_service
-
-    store = options["store"]
-    projection = load_service(options["service"]).projection(store)
-    host, authkey = options["store_host"], bytes.fromhex(options["store_token"])
-    changelog_topic = options.get("changelog_topic")
-    producer = _producer(options["bootstrap"]) if changelog_topic else None
-    applied: dict[int, tuple[int, int]] = {}
-    moved: set[int] = set()
-    # Partitions folded, whose changelog records are on their way: one wait for all of their
-    # acknowledgements instead of a round trip per partition (a micro-batch's latency).
-    pending: dict[int, Folded] = {}
-
-    steps = TaskSteps()
-
-    def settle() -> None:
-        with steps.step("changelog"):
-            await_changelog(pending.values())
-        for partition, folded in pending.items():
-            try:
-                with steps.step("commit"):
-                    count, offset = commit_folded(folded)
-            except PartitionClosed:
-                moved.add(partition)  # see below
-                continue
-            applied[partition] = (applied.get(partition, (0, offset))[0] + count, offset)
-        pending.clear()
-
-    handled = 0
+    applied, last offset)}``. The time of each step, the records handled and the poison
+    records go to the store host (:mod:`~foldstream.projections.task_steps`)."""
+    task = _FoldTask(options)
     with gc_paused():
-        groups = map(decode, steps.waited(fetches, "input"))
+        groups = map(decode, task.steps.waited(fetches, "input"))
         chunks = partition_chunks(groups, FOLD_CHUNK_RECORDS)
-        for partition, records in steps.waited(chunks, "decode"):
-            handled += len(records)
-            if partition in moved:
-                continue
-            # A partition's next chunk reads what its previous one wrote: commit that first.
-            # Pending chunks are also bounded in records, as chunks are (memory).
-            if (
-                partition in pending
-                or sum(f.applied for f in pending.values()) + len(records) > FOLD_CHUNK_RECORDS
-            ):
-                settle()
-            try:
-                with steps.step("read"):
-                    keys = list(dict.fromkeys(record.key for _, record in records))
-                    writer = RemotePartition(host, authkey, store, partition, keys)
-                changelog = (
-                    ChangelogTarget(
-                        producer, changelog_topic, partition, writer.epoch, writer.source_id
-                    )
-                    if producer and changelog_topic
-                    else None
+        for partition, records in task.steps.waited(chunks, "decode"):
+            task.fold(partition, records)
+        task.settle()
+    task.report()
+    after_task(task.handled)
+    return task.applied
+
+
+class _FoldTask:
+    """The state of one :func:`fold_task`."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        from foldstream.service import load_service
+
+        self.store = options["store"]
+        self.projection = load_service(options["service"]).projection(self.store)
+        self.host, self.authkey = options["store_host"], bytes.fromhex(options["store_token"])
+        self.source_topic = options.get("topic", "")
+        self.changelog_topic = options.get("changelog_topic")
+        self.dead_letter_topic = options.get("dead_letter_topic")
+        self.producer = (
+            task_producer(options["bootstrap"])
+            if self.changelog_topic or self.dead_letter_topic
+            else None
+        )
+        self.steps = TaskSteps()
+        self.handled = 0
+        self.applied: dict[int, tuple[int, int]] = {}
+        self.outcomes: Counter[str] = Counter()
+        # Partitions moved to another instance, or stopped (policy ``stop``), since the batch
+        # was planned: left to their new owner, which resumes from the offset stored with the
+        # state (or to a restart of this instance).
+        self.moved: set[int] = set()
+        # Partitions folded, whose changelog records are on their way: one wait for all of
+        # their acknowledgements instead of a round trip per partition (a micro-batch's
+        # latency).
+        self.pending: dict[int, Folded] = {}
+
+    def fold(self, partition: int, records: Records) -> None:
+        """Fold one chunk of ``partition``'s records (committed by a later :meth:`settle`)."""
+        self.handled += len(records)
+        if partition in self.moved:
+            return
+        # A partition's next chunk reads what its previous one wrote: commit that first.
+        # Pending chunks are also bounded in records, as chunks are (memory).
+        pending = self.pending
+        if (
+            partition in pending
+            or sum(f.applied for f in pending.values()) + len(records) > FOLD_CHUNK_RECORDS
+        ):
+            self.settle()
+        try:
+            with self.steps.step("read"):
+                keys = list(dict.fromkeys(r.key for _, r in records if r.key is not None))
+                writer = RemotePartition(self.host, self.authkey, self.store, partition, keys)
+            changelog = None
+            if self.producer is not None and self.changelog_topic:
+                changelog = ChangelogTarget(
+                    self.producer,
+                    self.changelog_topic,
+                    partition,
+                    writer.epoch,
+                    writer.source_id,
                 )
-                with steps.step("fold"):
-                    folded = fold_and_send(projection, writer, records, changelog)
+            poison = PoisonPolicy(
+                self.store,
+                self.projection.on_error,
+                self.source_topic,
+                partition,
+                self.producer,
+                self.dead_letter_topic,
+            )
+            with self.steps.step("fold"):
+                folded = fold_and_send(self.projection, writer, records, changelog, poison)
+        except PartitionClosed:
+            self.moved.add(partition)
+            return
+        if folded is not None:
+            pending[partition] = folded
+            if folded.stop is not None:
+                self.moved.add(partition)  # its later chunks stay unfolded
+
+    def settle(self) -> None:
+        """Wait for the pending partitions' changelog and dead-letter records, then commit
+        each; report where a partition stopped once what came before it is committed."""
+        with self.steps.step("changelog"):
+            await_changelog(self.pending.values())
+        for partition, folded in self.pending.items():
+            try:
+                with self.steps.step("commit"):
+                    done = commit_folded(folded)
             except PartitionClosed:
-                # Moved to another instance since the batch was planned: leave it to the new
-                # owner, which resumes from the offset stored with the state.
-                moved.add(partition)
+                self.moved.add(partition)
                 continue
-            if folded is not None:
-                pending[partition] = folded
-        settle()
-    try:
-        call_host(host, authkey, ("task", store, None, steps.seconds, handled))
-    except Exception:  # noqa: BLE001 - the batch is committed: only a metric is lost
-        log.warning("could not report the task's steps to the store host", exc_info=True)
-    after_task(handled)
-    return applied
+            self.outcomes.update(folded.outcomes)
+            if done is not None:
+                count, offset = done
+                before = self.applied.get(partition, (0, offset))[0]
+                self.applied[partition] = (before + count, offset)
+            if folded.stop is not None:
+                with contextlib.suppress(PartitionClosed):  # moved meanwhile: nothing to stop
+                    stop = ("stop", self.store, partition, *folded.stop)
+                    call_host(self.host, self.authkey, stop)
+        self.pending.clear()
+
+    def report(self) -> None:
+        """Tell the store host where the task's time went, the records it handled and what
+        became of its poison records (the metrics)."""
+        report = ("task", self.store, None, self.steps.seconds, self.handled, dict(self.outcomes))
+        try:
+            call_host(self.host, self.authkey, report)
+        except Exception:  # noqa: BLE001 - the batch is committed: only a metric is lost
+            log.warning("could not report the task's steps to the store host", exc_info=True)

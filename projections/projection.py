@@ -1,15 +1,22 @@
 """Projection definitions: what a store holds and how one record changes it.
 
 Stored values are JSON, so the query API can answer with the stored bytes as they are.
+
+``on_error`` says what a projection does with a record it cannot fold (a poison record: the
+fold, the decoding or the encoding raised, a few times): ``"dead-letter"`` (the default) sends
+it to the store's dead-letter topic ``<service>.<store>.dlq`` and moves on, ``"skip"`` counts,
+logs and moves on, ``"stop"`` stops folding that partition (``GET /ready`` names it) until the
+instance restarts. See ``docs/poison-records.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from foldstream.domain.records import EventCodec, EventRecord
 from foldstream.errors import ConfigurationError
@@ -20,12 +27,22 @@ _compact_json = json.JSONEncoder(separators=(",", ":")).encode
 Fold = Callable[[Any, Any], Any]
 """``(state | None, event) -> state | None``; returning None deletes the key."""
 
+ErrorPolicy = Literal["dead-letter", "skip", "stop"]
+ERROR_POLICIES: tuple[str, ...] = get_args(ErrorPolicy)
+
 
 class Projection(ABC):
     """A store kept up to date from one topic, partition by partition."""
 
     store: str
     partitioner: Partitioner
+    on_error: ErrorPolicy = "dead-letter"
+
+    def for_events(self, codec: EventCodec) -> Projection:
+        """This projection decoding the service's domain events with ``codec`` (the
+        :class:`~foldstream.service.Service` calls it with its own); itself when it decodes
+        no events."""
+        return self
 
     @abstractmethod
     def source_topic(self, events_topic: str) -> str:
@@ -36,9 +53,15 @@ class Projection(ABC):
         """The stored value after ``record``: new JSON bytes, or None to delete the key."""
 
 
-def _check_store_name(store: str) -> None:
+def _check(projection: Projection) -> None:
+    store = projection.store
     if not store or not all(c.isalnum() or c in "-_" for c in store):
         raise ConfigurationError(f"store name {store!r} must be letters, digits, '-' or '_'")
+    if projection.on_error not in ERROR_POLICIES:
+        raise ConfigurationError(
+            f"store {store!r}: on_error must be one of {ERROR_POLICIES}, "
+            f"not {projection.on_error!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -46,16 +69,22 @@ class EventProjection(Projection):
     """Folds the service's domain events into ``store``, keyed by aggregate id.
 
     ``fold(state, event)`` gets the key's current state (None at first) and a domain event,
-    and returns the new JSON-serialisable state, or None to delete the key.
+    and returns the new JSON-serialisable state, or None to delete the key. Events are decoded
+    with the codec of the service the projection belongs to, which accepts the service's own
+    aggregates' events only (a projection outside a service decodes none).
     """
 
     store: str
     fold: Fold
     partitioner: Partitioner = "murmur2"
+    on_error: ErrorPolicy = "dead-letter"
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check_store_name(self.store)
+        _check(self)
+
+    def for_events(self, codec: EventCodec) -> EventProjection:
+        return dataclasses.replace(self, _codec=codec)
 
     def source_topic(self, events_topic: str) -> str:
         return events_topic
@@ -75,16 +104,19 @@ class LatestValue(Projection):
     ``value_format`` is ``"json"`` (values must parse as JSON) or ``"string"`` (UTF-8 text,
     served as a JSON string). A record without a value (tombstone) deletes its key.
     ``partitioner`` declares how the topic's producer chose partitions: ``"murmur2"`` (Java
-    clients, kafka-python) or ``"consistent"`` (librdkafka's default, CRC32).
+    clients, kafka-python) or ``"consistent"`` (librdkafka's default, CRC32). A record
+    without a key, or whose JSON Python cannot parse (nested too deeply), is a poison record
+    (``on_error``).
     """
 
     store: str
     topic: str
     value_format: Literal["json", "string"] = "json"
     partitioner: Partitioner = "murmur2"
+    on_error: ErrorPolicy = "dead-letter"
 
     def __post_init__(self) -> None:
-        _check_store_name(self.store)
+        _check(self)
         if self.value_format not in ("json", "string"):
             raise ConfigurationError(
                 f"value_format must be 'json' or 'string', not {self.value_format!r}"

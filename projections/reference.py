@@ -1,7 +1,9 @@
 """A projection folded in plain Python over a whole topic: the reference a store must equal.
 
 No Spark and no RocksDB: the records are read from offset 0 to the end and passed through the
-projection's own ``apply``, so the result is what an exactly-once store holds for that topic.
+projection's own ``apply``, so the result is what an exactly-once store holds for that topic. A
+record ``apply`` fails on (a poison record, dead-lettered or skipped by the store) leaves its
+key's value as it was.
 """
 
 from __future__ import annotations
@@ -23,5 +25,10 @@ def fold_topic(
     for batch in read_to_end(bootstrap, topic, partitions):
         for message in batch:
             record = EventRecord.from_message(message)
-            stored[record.key] = projection.apply(stored.get(record.key), record)
+            if record.key is None:
+                continue  # a poison record: its store never folds it
+            try:
+                stored[record.key] = projection.apply(stored.get(record.key), record)
+            except Exception:  # noqa: BLE001 - a poison record leaves the key's value as it was
+                continue
     return {k.decode(): None if v is None else json.loads(v) for k, v in stored.items()}

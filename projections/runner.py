@@ -2,6 +2,12 @@
 
 Source offsets live with the state in RocksDB, so Spark's checkpoint is scratch space: every
 start resumes from what the stores hold, which is exact even if a checkpoint is lost or stale.
+A query that fails (a task failing past Spark's attempts: the broker, the store host, the
+changelog; a record that cannot be folded never fails it, see
+:mod:`~foldstream.projections.poison`) is restarted from those offsets, forever, after waits that
+grow from :data:`RESTART_WAIT_MIN_S` to :data:`RESTART_WAIT_MAX_S`; readiness names the failure
+until a restarted query completes a micro-batch. A partition stopped at a poison record (store
+policy ``stop``) is left out of its query until the instance restarts, and readiness names it.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tenacity import RetryCallState, Retrying, wait_exponential
 
 from foldstream.kafka_client import spark_options
 from foldstream.projections.projection import Projection
@@ -29,11 +38,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Restarts of a failed query allowed within :data:`RESTART_WINDOW_S`; past them the failure
-#: is reported (readiness) and the query stays stopped.
-MAX_RESTARTS = 3
-RESTART_WINDOW_S = 600.0
+#: The wait before restarting a failed query: doubling with each failure in a row, from the
+#: first to the longest.
+RESTART_WAIT_MIN_S = 1.0
+RESTART_WAIT_MAX_S = 30.0
 SUPERVISE_INTERVAL_S = 0.5
+
+_restart_wait = wait_exponential(multiplier=RESTART_WAIT_MIN_S, max=RESTART_WAIT_MAX_S)
+
+
+def restart_delay(failures: int) -> float:
+    """Seconds to wait before restarting a query after its ``failures``-th failure in a row
+    (tenacity's ``wait_exponential``)."""
+    state = RetryCallState(Retrying(), None, (), {})
+    state.attempt_number = failures
+    return float(_restart_wait(state))
+
+
+@dataclass
+class _Failing:
+    """A projection whose query failed: how often in a row, the last error, when its next
+    restart is due, and the query that failed last (a restart replaces it)."""
+
+    failures: int
+    error: str
+    restart_at: float
+    query: StreamingQuery
 
 
 def query_name(service: str, store: str) -> str:
@@ -88,7 +118,7 @@ class ProjectionRunner:
         self.start_timeout_s = start_timeout_s
         self.queries: dict[str, StreamingQuery] = {}
         self._owned: dict[str, dict[int, int]] = {}
-        self._restarts: dict[str, list[float]] = {}
+        self._failing: dict[str, _Failing] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._supervisor = threading.Thread(
@@ -128,7 +158,7 @@ class ProjectionRunner:
             for projection in self.projections:
                 store = projection.store
                 topic = projection.source_topic(self.settings.events_topic)
-                wanted = set(owned.get(topic, ()))
+                wanted = set(owned.get(topic, ())) - self._stopped_partitions(store)
                 current = self._owned[store]
                 if wanted == set(current):
                     continue
@@ -179,6 +209,7 @@ class ProjectionRunner:
             .option("store_host", self.host.address)
             .option("store_token", self.host.authkey.hex())
             .option("changelog_topic", settings.changelog_topic(projection.store))
+            .option("dead_letter_topic", settings.dead_letter_topic(projection.store))
             # The tasks' Kafka clients get the instance's client properties (security).
             .options(**spark_options())
             .load()
@@ -201,51 +232,101 @@ class ProjectionRunner:
 
     def restart_failed(self) -> None:
         """Restart each query that stopped with an error (a Spark task failing past its
-        attempts), from the offsets its stores hold, while its restart budget lasts."""
+        attempts), from the offsets its stores hold, once its wait is over; and leave the
+        partitions stopped at a poison record out of their queries."""
         with self._lock:
+            self._leave_stopped_out()
             for projection in self.projections:
-                store = projection.store
                 if self._stopping.is_set():
                     return
-                error = self.queries[store].exception()
-                if error is None:
-                    continue
-                recent = self._recent_restarts(store)
-                if len(recent) >= MAX_RESTARTS:
-                    continue  # reported by failure()
-                self._restarts[store] = [*recent, time.monotonic()]
-                topic = projection.source_topic(self.settings.events_topic)
-                # A task of the failed query still writing can only move an offset forward:
-                # the new query's tasks skip what the stores hold by then.
-                starts = stored_offsets(self.host, store, topic, sorted(self._owned[store]))
-                log.warning(
-                    "projection %s failed (%s); restart %d of %d within %.0fs from %s",
-                    store,
-                    _error_summary(error),
-                    len(recent) + 1,
-                    MAX_RESTARTS,
-                    RESTART_WINDOW_S,
-                    starts,
-                )
-                write_owned(self._owned_path(store), starts)
-                self._owned[store] = starts
-                self.queries[store] = self._start(projection)
+                self._supervise(projection, time.monotonic())
 
-    def _recent_restarts(self, store: str) -> list[float]:
-        now = time.monotonic()
-        return [t for t in self._restarts.get(store, []) if now - t < RESTART_WINDOW_S]
+    def _supervise(self, projection: Projection, now: float) -> None:
+        store = projection.store
+        query = self.queries[store]
+        failing = self._failing.get(store)
+        error = query.exception()
+        if error is None:
+            if failing is not None and failing.query is not query and query.lastProgress:
+                log.info("projection %s recovered after %d failures", store, failing.failures)
+                del self._failing[store]
+            return
+        if failing is None or failing.query is not query:
+            failures = 1 if failing is None else failing.failures + 1
+            failing = _Failing(
+                failures, _error_summary(error), now + restart_delay(failures), query
+            )
+            self._failing[store] = failing
+            log.warning(
+                "projection %s failed (%s), %d times in a row; restarting it in %.0fs",
+                store,
+                failing.error,
+                failures,
+                failing.restart_at - now,
+            )
+        if now < failing.restart_at:
+            return
+        try:
+            self._restart(projection)
+        except Exception as exc:  # noqa: BLE001 - tried again after the next wait
+            log.exception("restarting projection %s", store)
+            failing.failures += 1
+            failing.error = f"restarting it failed: {_error_summary(exc)}"
+            failing.restart_at = now + restart_delay(failing.failures)
+
+    def _restart(self, projection: Projection) -> None:
+        store = projection.store
+        topic = projection.source_topic(self.settings.events_topic)
+        # A task of the failed query still writing can only move an offset forward: the new
+        # query's tasks skip what the stores hold by then.
+        starts = stored_offsets(self.host, store, topic, sorted(self._owned[store]))
+        log.warning("projection %s restarts from %s", store, starts)
+        write_owned(self._owned_path(store), starts)
+        self._owned[store] = starts
+        self.queries[store] = self._start(projection)
+
+    def _stopped_partitions(self, store: str) -> set[int]:
+        return {p for s, p in self.host.stopped() if s == store}
+
+    def _leave_stopped_out(self) -> None:
+        """Take the partitions a task stopped out of their queries (the store host already
+        refuses their tasks): no micro-batch plans them any more."""
+        for projection in self.projections:
+            store = projection.store
+            stopped = self._stopped_partitions(store) & set(self._owned[store])
+            if stopped:
+                log.warning("projection %s leaves stopped partitions %s", store, sorted(stopped))
+                kept = {p: o for p, o in self._owned[store].items() if p not in stopped}
+                write_owned(self._owned_path(store), kept)
+                self._owned[store] = kept
+
+    def stopped(self) -> dict[tuple[str, int], str]:
+        """``{(store, partition): reason}`` of the partitions whose folding stopped at a
+        record their store could not fold (policy ``stop``): the offset and the error. They
+        stay stopped until the instance restarts or the partition moves away and back."""
+        return {
+            key: f"stopped at offset {stop.offset}: {stop.error}"
+            for key, stop in sorted(self.host.stopped().items())
+        }
 
     def failure(self) -> str | None:
-        """The error of the first query that failed past its restarts, or None."""
-        for store, query in self.queries.items():
-            error = query.exception()
-            restarts = self._recent_restarts(store)
-            if error is not None and len(restarts) >= MAX_RESTARTS:
-                return (
-                    f"projection {store!r} failed {len(restarts) + 1} times within "
-                    f"{RESTART_WINDOW_S:.0f}s, last with: {_error_summary(error)}"
-                )
-        return None
+        """Why the projections are not current, for readiness, or None: each query that failed
+        (until a restarted one completes a micro-batch) and each stopped partition."""
+        now = time.monotonic()
+        problems = []
+        for store, failing in sorted(self._failing.items()):
+            waiting = failing.query is self.queries.get(store) and failing.restart_at > now
+            then = f"restarting it in {failing.restart_at - now:.0f}s" if waiting else "restarted"
+            times = "once" if failing.failures == 1 else f"{failing.failures} times in a row"
+            problems.append(
+                f"projection {store!r} failed {times}, last with: {failing.error}; {then}"
+            )
+        problems += [
+            f"store {store!r} partition {partition} {reason} (on_error='stop': fix the cause, "
+            "then restart the instance)"
+            for (store, partition), reason in self.stopped().items()
+        ]
+        return "; ".join(problems) or None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -259,13 +340,15 @@ class ProjectionRunner:
         self.queries.clear()
 
 
+#: The line a Python traceback ends with: the exception raised, whatever its class's name.
+_RAISED = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(\S.*)$", re.MULTILINE)
 _PYTHON_ERROR = re.compile(r"^\w[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
 
 
 def _error_summary(error: object) -> str:
     """The Python error inside a Spark error (else its first line), without stack traces."""
     text = str(error).strip()
-    raised = _PYTHON_ERROR.search(text)
+    raised = _RAISED.search(text) or _PYTHON_ERROR.search(text)
     if raised is not None:
-        return raised.group(0)
+        return raised.group(raised.lastindex or 0)
     return text.splitlines()[0] if text else repr(error)

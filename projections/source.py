@@ -299,7 +299,8 @@ class FoldStreamReader(KafkaStreamReader):
         # Imported here: the fold's modules (the store host, rocksdict, the changelog) are for
         # the task workers, which Spark forks from a daemon that has them loaded already, not
         # for the planning workers that load this module.
-        from foldstream.projections.fold import fold_task, records_of_messages, records_of_planned
+        from foldstream.projections.chunks import records_of_messages, records_of_planned
+        from foldstream.projections.fold import fold_task
         from foldstream.projections.worker import arrow_without_pandas
 
         assert isinstance(partition, KafkaRanges)

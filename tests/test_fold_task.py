@@ -19,7 +19,7 @@ from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.offsets import TailRecord
 from foldstream.projections import fold
-from foldstream.projections.fold import Records
+from foldstream.projections.chunks import Records
 from foldstream.projections.source import (
     FoldStreamReader,
     KafkaRange,

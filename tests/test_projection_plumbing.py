@@ -11,13 +11,10 @@ from eventsourcing.persistence import StoredEvent
 from foldstream.domain import EventCodec, EventRecord
 from foldstream.examples.inventory.domain import Product
 from foldstream.offsets import TailRecord
-from foldstream.projections.fold import (
-    Records,
-    changelog_position,
-    partition_chunks,
-    records_of_planned,
-)
+from foldstream.projections.chunks import Records, partition_chunks, records_of_planned
+from foldstream.projections.runner import _error_summary, restart_delay
 from foldstream.projections.source import KafkaRange, plan_tasks
+from foldstream.projections.task_output import changelog_position
 
 
 def test_small_batches_are_one_task_and_large_ones_are_balanced() -> None:
@@ -75,7 +72,7 @@ def test_a_record_behind_a_folded_chunk_is_an_error() -> None:
 
 
 def test_fast_decode_matches_the_eventsourcing_mapper() -> None:
-    codec = EventCodec()
+    codec = EventCodec([Product])
     product = Product(id="sku-9")
     product.receive_shipment(quantity=4)
     product.sell(quantity=1)
@@ -128,3 +125,25 @@ def test_thechangelog_position_never_passes_another_writers_records(
     stored: int | None, landed: list[int], position: int | None
 ) -> None:
     assert changelog_position(stored, landed) == position
+
+
+def test_a_failed_query_is_restarted_after_waits_that_double_up_to_a_cap() -> None:
+    assert [restart_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 30, 30, 30]
+
+
+def test_a_failed_querys_error_is_summed_up_by_the_python_error_its_task_raised() -> None:
+    spark_error = (  # as Spark 4 words a Python task's failure
+        "org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was "
+        "thrown from the Python worker: Traceback (most recent call last):\n"
+        '  File "/x/projections/source.py", line 305, in read\n'
+        "    applied = fold_task(self.fold_options, [partition.planned], records_of_planned)\n"
+        "              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "foldstream.errors.BrokerUnavailable: unavailable on purpose\n"
+        " SQLSTATE: 38000\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(x.scala:1097)\n"
+    )
+    assert _error_summary(spark_error) == (
+        "foldstream.errors.BrokerUnavailable: unavailable on purpose"
+    )
+    assert _error_summary("RuntimeError: boom\nmore") == "RuntimeError: boom"
+    assert _error_summary("the first line\nthe second") == "the first line"

@@ -13,7 +13,13 @@ import pytest
 
 from foldstream.errors import StateCorrupted
 from foldstream.state import RocksDBReader, partition_path
-from foldstream.state.host import PartitionClosed, RemotePartition, StoreHost, call_host
+from foldstream.state.host import (
+    PartitionClosed,
+    PartitionStop,
+    RemotePartition,
+    StoreHost,
+    call_host,
+)
 from foldstream.state.local import LocalStores
 
 
@@ -219,3 +225,38 @@ def test_writes_between_idle_flushes_keep_every_value(tmp_path: Path) -> None:
         host.stop()
     with RocksDBReader(table) as reader:
         assert reader.get(b"k7") == b"19-7" and reader.applied_offset() == 19
+
+
+def test_a_stopped_partition_refuses_tasks_but_not_lookups_until_it_is_held_again(
+    host: StoreHost,
+) -> None:
+    first = remote(host, [b"a"])
+    first.put(b"a", b"1")
+    first.commit(3)
+    call_host(host.address, host.authkey, ("stop", "kv", 0, 4, "ValueError: no"))
+    assert host.stopped() == {("kv", 0): PartitionStop(4, "ValueError: no")}
+    with pytest.raises(PartitionClosed, match="stopped at offset 4"):
+        remote(host, [b"a"])
+    held = host.partition("kv", 0)
+    assert held is not None and held.get(b"a") == b"1"  # lookups still read it
+
+    host.close([("kv", 0)])
+    host.open("kv", 0, identity="t/0", epoch=2)
+    assert host.stopped() == {}
+    assert remote(host, [b"a"]).get(b"a") == b"1"
+
+
+def test_a_task_reports_its_poison_records_to_on_poison(tmp_path: Path) -> None:
+    reports: list[tuple[str, dict[str, int]]] = []
+    host = StoreHost(
+        state_dir=tmp_path,
+        on_poison=lambda store, outcomes: reports.append((store, dict(outcomes))),
+    )
+    host.start()
+    try:
+        report = ("task", "kv", None, {"fold": 0.1}, 7, {"dead_lettered": 2})
+        call_host(host.address, host.authkey, report)
+        call_host(host.address, host.authkey, ("task", "kv", None, {}, 1, {}))
+    finally:
+        host.stop()
+    assert reports == [("kv", {"dead_lettered": 2})]

@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.offsets import EndOffsets, KeptRecords, TailRecord
-from foldstream.projections.fold import records_of_messages, records_of_planned
+from foldstream.projections.chunks import records_of_messages, records_of_planned
 from foldstream.projections.source import (
     FoldStreamReader,
     KafkaRange,

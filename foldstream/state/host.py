@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -49,6 +49,14 @@ StoreKey = tuple[str, int]
 """``(store, partition)``."""
 
 
+class PartitionStop(NamedTuple):
+    """Where a projection task stopped folding a partition (its store's ``on_error`` is
+    ``stop``): at the source ``offset`` of the record it could not fold, with ``error``."""
+
+    offset: int
+    error: str
+
+
 class StoreHost:
     """Holds partitions of stores under ``state_dir`` open and serves them to projection tasks
     at :attr:`address` (listening on ``host``, loopback by default: Spark executors on other
@@ -59,7 +67,12 @@ class StoreHost:
     made per host but not encrypted: keep it on loopback or a network that only the cluster's
     machines reach. ``on_task(store, {step: seconds}, records)`` is called with each task's
     report of where its time went (:mod:`~foldstream.projections.task_steps`) and how many
-    records it handled.
+    records it handled; ``on_poison(store, {outcome: records})`` with the poison records it
+    dead-lettered or skipped, or the partitions it stopped (:mod:`~foldstream.projections.poison`).
+
+    A task that stops a partition (:meth:`stopped`) says so: the host then refuses that
+    partition's reads and writes to every task, until it is closed (released, or the instance
+    stops), while lookups still read it.
     """
 
     def __init__(
@@ -70,9 +83,11 @@ class StoreHost:
         idle_flush_s: float = IDLE_FLUSH_S,
         idle_flush_entries: int = IDLE_FLUSH_ENTRIES,
         on_task: Callable[[str, Mapping[str, float], int], None] | None = None,
+        on_poison: Callable[[str, Mapping[str, int]], None] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.on_task = on_task
+        self.on_poison = on_poison
         self.host = host
         self.idle_flush_s = idle_flush_s
         self.idle_flush_entries = idle_flush_entries
@@ -80,6 +95,7 @@ class StoreHost:
         self._stopped = threading.Event()
         self.authkey = secrets.token_bytes(32)
         self._held: dict[StoreKey, HeldPartition] = {}
+        self._stops: dict[StoreKey, PartitionStop] = {}
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
         self.address = ""
@@ -124,8 +140,11 @@ class StoreHost:
 
     def close(self, keys: Iterable[StoreKey]) -> None:
         """Stop holding ``keys`` (flushed and closed once reads and writes under way end)."""
+        wanted = set(keys)
         with self._lock:
-            closing = [self._held.pop(key) for key in set(keys) if key in self._held]
+            closing = [self._held.pop(key) for key in wanted if key in self._held]
+            for key in wanted:
+                self._stops.pop(key, None)  # a new hold folds from its stored offset again
         failed = []
         for held in closing:
             try:
@@ -146,6 +165,11 @@ class StoreHost:
             return None if held is None else held.next_offset()
         except PartitionClosed:  # closed under this read
             return None
+
+    def stopped(self) -> dict[StoreKey, PartitionStop]:
+        """The held partitions a task stopped (store policy ``stop``), with where and why."""
+        with self._lock:
+            return dict(self._stops)
 
     def held(self) -> frozenset[StoreKey]:
         with self._lock:
@@ -176,7 +200,26 @@ class StoreHost:
         held = self._held.get((store, partition))
         if held is None:
             raise PartitionClosed(f"{store}/{partition} is not held by this instance")
+        stop = self._stops.get((store, partition))
+        if stop is not None:
+            raise PartitionClosed(
+                f"{store}/{partition} stopped at offset {stop.offset} (on_error='stop'): "
+                f"{stop.error}"
+            )
         return held
+
+    def _stop(self, store: str, partition: int, offset: int, error: str) -> None:
+        with self._lock:
+            self._held_or_closed(store, partition)
+            self._stops[(store, partition)] = PartitionStop(offset, error)
+        log.error(
+            "store %s stopped folding partition %d at offset %d (on_error='stop'): %s; "
+            "restart the instance once the cause is fixed",
+            store,
+            partition,
+            offset,
+            error,
+        )
 
     def _accept(self) -> None:
         while (server := self._server) is not None:
@@ -210,12 +253,19 @@ class StoreHost:
         finally:
             connection.close()
 
-    def _report_task(self, store: str, seconds: Mapping[str, float], records: int) -> None:
+    def _report_task(
+        self,
+        store: str,
+        seconds: Mapping[str, float],
+        records: int,
+        poison: Mapping[str, int] | None = None,
+    ) -> None:
         # A task's report is for the metrics: a failing callback must never fail the task.
-        if self.on_task is None:
-            return
         try:
-            self.on_task(store, seconds, records)
+            if self.on_task is not None:
+                self.on_task(store, seconds, records)
+            if poison and self.on_poison is not None:
+                self.on_poison(store, poison)
         except Exception:  # noqa: BLE001
             log.exception("recording a projection task's steps")
 
@@ -224,6 +274,9 @@ class StoreHost:
             kind, store, partition, *arguments = request
             if kind == "task":
                 self._report_task(store, *arguments)
+                return "ok", None
+            if kind == "stop":
+                self._stop(store, partition, *arguments)
                 return "ok", None
             held = self._held_or_closed(store, partition)
             if kind == "read":

@@ -56,7 +56,7 @@ from pytest_bdd import given, parsers, then, when
 from foldstream import process
 from foldstream.broker import EmbeddedBroker
 from foldstream.changelog import EPOCH_HEADER, SOURCE_OFFSET_HEADER
-from foldstream.domain import Aggregate, EventCodec
+from foldstream.domain import Aggregate
 from foldstream.kafka import (
     Partitioner,
     TopicSpec,
@@ -370,10 +370,10 @@ def command_appended(
     partition, last = body["position"]["partition"], body["position"]["offset"]
     key = scenario_state.sent_key.encode()
     assert partition == partition_for(key, instance.partitions)
-    _, settings = service_of(instance)
+    definition, settings = service_of(instance)
     first = last - len(expected) + 1
     assert first == scenario_state.ends_before[partition], "other records landed in between"
-    codec = EventCodec()
+    codec = definition.codec
     stored = records_at(instance.bootstrap, settings.events_topic, partition, first, last)
     decoded = [codec.decode(record) for record in stored]
     assert [r.key for r in stored] == [key] * len(expected)

@@ -19,4 +19,6 @@ def fold_stock(state: dict[str, Any] | None, event: Any) -> dict[str, Any] | Non
     return {"on_hand": on_hand}
 
 
-PROJECTIONS: list[Projection] = [EventProjection("stock", fold_stock)]
+# A record a fold cannot handle goes to <service>.stock.dlq and the store moves on ("skip" and
+# "stop" are the other policies): see foldstream's docs/poison-records.md.
+PROJECTIONS: list[Projection] = [EventProjection("stock", fold_stock, on_error="dead-letter")]
