@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,7 @@ class InstanceProcess:
         standbys: int = 1,
         session_timeout_ms: int = 3000,
         server: str = "uvicorn",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
@@ -140,6 +141,8 @@ class InstanceProcess:
         self.standbys = standbys
         self.session_timeout_ms = session_timeout_ms
         self.server = server
+        #: Added to this process's environment for the instance (e.g. Spark's).
+        self.env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -150,6 +153,7 @@ class InstanceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
+            **self.env,
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             PARENT_PID_ENV: str(os.getpid()),
         }
