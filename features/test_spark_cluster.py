@@ -15,7 +15,7 @@ others come from the step library::
 
 Whether a worker is folding is seen from outside: its Python workers use CPU only while they
 run a task. Whether the kill caught a task is the driver's word: its scheduler logs each task
-it lost with an executor (:func:`~foldstream.testing.spark_cluster.tasks_lost`), which the
+it lost with an executor (:func:`~foldstream.testing.spark_logs.tasks_lost`), which the
 cluster's logging keeps. A kill that caught none (the task ended just before) is tried again
 after the worker restarted.
 """
@@ -23,26 +23,21 @@ after the worker restarted.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from pytest_bdd import given, parsers, scenarios, then, when
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.process import InstanceProcess
-from foldstream.testing.spark_cluster import (
-    SparkStandaloneCluster,
-    TaskAttempt,
-    descendants,
-    executor_lost,
-    tasks_lost,
-)
+from foldstream.testing.proc_tree import command_line, descendants
+from foldstream.testing.spark_cluster import SparkStandaloneCluster
+from foldstream.testing.spark_logs import TaskAttempt, executor_lost, tasks_lost
 from foldstream.testing.steps import WAIT, ScenarioState, wait_until
 
 scenarios("spark_cluster.feature")
 
 #: The Python daemon that Spark forks the projection's task workers from.
-TASK_DAEMON = b"foldstream.projections.daemon\0pyspark.worker"
+TASK_DAEMON = "foldstream.projections.daemon\0pyspark.worker"
 #: Starting an instance on the cluster takes a JVM, executors on both workers and their Python.
 START_TIMEOUT_S = 300.0
 #: Kills tried until one catches a task: a task may end between the moment its worker was seen
@@ -113,16 +108,9 @@ def _driver_log(instance: InstanceProcess, start: int) -> str:
 
 
 def _task_daemons(pid: int) -> list[int]:
-    """The projection's task-worker daemons among ``pid``'s descendants."""
-    found = []
-    for process in descendants(pid):
-        try:
-            command = Path(f"/proc/{process}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if TASK_DAEMON in command:
-            found.append(process)
-    return found
+    """The projection's task-worker daemons among ``pid``'s descendants (and the workers they
+    forked, which share their command line)."""
+    return [p for p in descendants(pid) if TASK_DAEMON in "\0".join(command_line(p))]
 
 
 # Given ---------------------------------------------------------------------------------------
@@ -166,11 +154,11 @@ def kill_folding_worker(
         writer = scenario_state.writer
         assert writer is not None and writer.is_alive(), f"no writer appends: {writer}"
         spark_standalone.ensure_workers()
-        # Every worker's executor has run a fold task: its Python is up, so the CPU seen next
-        # is a task's work, not its workers starting.
+        # Every worker's executor has its Python workers up (forked for a fold task), so the
+        # CPU seen next is a task's work, not its Python starting.
         wait_until(
-            lambda: all(_task_daemons(w.pid) for w in spark_standalone.workers if w.pid),
-            lambda: "a worker's executor has run no fold task yet",
+            lambda: all(spark_standalone.python_workers(w) for w in spark_standalone.workers),
+            lambda: "a worker's executor has run no Python task yet",
         )
         start = instance.log_path.stat().st_size
         killed = spark_standalone.kill_worker(spark_standalone.busy_worker(timeout=WAIT))

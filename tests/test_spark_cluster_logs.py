@@ -1,9 +1,9 @@
-"""Reading Spark's logs for what ran where (foldstream.testing.spark_cluster), on lines Spark
+"""Reading Spark's logs for what ran where (foldstream.testing.spark_logs), on lines Spark
 4.3 wrote in this repo's Spark cluster feature."""
 
 from __future__ import annotations
 
-from foldstream.testing.spark_cluster import (
+from foldstream.testing.spark_logs import (
     TaskAttempt,
     executor_lost,
     task_attempts_in,

@@ -19,7 +19,7 @@ for a session made in this process): loopback addresses, the executors' memory a
 Its logging keeps the executors' task log (``Running task 0.1 in stage 2.0 (TID 3)``), which
 says what each executor ran (:meth:`~SparkStandaloneCluster.task_attempts`), and the driver's
 scheduler notes on tasks and executors: whether a killed executor was running a task
-(:func:`executor_lost`, :func:`tasks_lost`).
+(:mod:`~foldstream.testing.spark_logs`).
 
 Started from the main thread, the master and workers die with the process that started them,
 even by ``kill -9`` (``setpriv --pdeathsig``, as the embedded broker); a worker's executors
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -39,13 +38,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, NamedTuple
 
 from foldstream.broker import free_port
 from foldstream.errors import EnvironmentNotReady, FoldstreamError
 from foldstream.process import http
 from foldstream.spark import JVM_OPTIONS
+from foldstream.testing.proc_tree import (
+    command_line,
+    cpu_ticks,
+    descendants,
+    proc_stat,
+    signal_all,
+    started_at,
+)
+from foldstream.testing.spark_logs import LOG4J2, TaskAttempt, read_log, task_attempts_in
 
 #: Settings of a driver (an instance, a bench) using the cluster: its executors run tasks whose
 #: records stay in Python, as a local master's JVM does (:data:`~foldstream.spark.JVM_OPTIONS`),
@@ -62,40 +69,6 @@ DAEMON_ENV = {
     "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m",
     "SPARK_LOCAL_IP": "127.0.0.1",  # the web UIs bind it too
 }
-#: Warnings only, but the standalone deploy's notes (executors added, lost), each executor's
-#: task log and the driver's (tasks started, finished, lost with their executor; executors
-#: lost): what ran where.
-LOG4J2 = """\
-rootLogger.level = warn
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss.SSS} %p %c{1}: %m%n%ex
-logger.deploy.name = org.apache.spark.deploy
-logger.deploy.level = info
-logger.executor.name = org.apache.spark.executor.Executor
-logger.executor.level = info
-logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
-logger.tasks.level = info
-logger.dag.name = org.apache.spark.scheduler.DAGScheduler
-logger.dag.level = info
-"""
-_TASK = r"task (\d+)\.(\d+) in stage (\d+)\.\d+ \(TID (\d+)\)"
-_RUNNING = re.compile(rf"Running {_TASK}")
-_LOST = re.compile(rf"{_TASK} failed because while it was being computed, its executor exited")
-
-
-@dataclass(frozen=True)
-class TaskAttempt:
-    """One attempt of a Spark task (``task <index>.<attempt> in stage <stage>.<n> (TID
-    <tid>)`` in Spark's logs)."""
-
-    stage: int
-    index: int
-    attempt: int
-    tid: int
 
 
 class KilledWorker(NamedTuple):
@@ -118,81 +91,6 @@ def spark_home() -> Path:
             "whose package carries Spark's scripts and jars"
         )
     return home
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (None once it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2 :].split()
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes descended from ``pid`` (children, their children...), alive now."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: list[int] = []
-    todo = list(children.get(pid, ()))
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        todo.extend(children.get(current, ()))
-    return found
-
-
-def _started(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot): with the PID, it names one process even
-    after the PID is reused."""
-    fields = _stat(pid)
-    return None if fields is None else int(fields[19])
-
-
-def _cpu_ticks(pid: int) -> int:
-    """utime + stime of ``pid`` alone, in clock ticks (0 once it is gone)."""
-    fields = _stat(pid)
-    return 0 if fields is None else int(fields[11]) + int(fields[12])
-
-
-def _command(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return raw.decode(errors="replace").split("\0")
-
-
-def _signal_all(pids: list[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-
-
-def _attempts(found: list[tuple[str, str, str, str]]) -> list[TaskAttempt]:
-    return [
-        TaskAttempt(stage=int(stage), index=int(index), attempt=int(attempt), tid=int(tid))
-        for index, attempt, stage, tid in found
-    ]
-
-
-def task_attempts_in(executor_log: str) -> list[TaskAttempt]:
-    """Every task attempt an executor's log says it started."""
-    return _attempts(_RUNNING.findall(executor_log))
-
-
-def executor_lost(driver_log: str, executor_id: str) -> bool:
-    """Whether the driver's log says it handled the loss of executor ``executor_id``: its
-    scheduler has failed the tasks the executor was running by then (:func:`tasks_lost`)."""
-    return f"Executor lost: {executor_id} (epoch" in driver_log
-
-
-def tasks_lost(driver_log: str) -> list[TaskAttempt]:
-    """The task attempts the driver's log says failed because their executor was lost while
-    running them (Spark runs them again, and does not count the failure)."""
-    return _attempts(_LOST.findall(driver_log))
 
 
 @dataclass
@@ -301,7 +199,7 @@ class SparkStandaloneCluster:
         """The master's JSON status (workers, applications), or None while it does not answer."""
         try:
             code, body = http("GET", f"http://127.0.0.1:{self.master.webui_port}/json/", timeout=5)
-        except OSError:
+        except (OSError, ValueError):  # not up yet, or its UI not yet serving the JSON
             return None
         return body if code == 200 and isinstance(body, dict) else None
 
@@ -353,30 +251,37 @@ class SparkStandaloneCluster:
 
     def task_attempts(self, worker: SparkDaemon) -> list[TaskAttempt]:
         """Every task attempt the executors of ``worker`` started."""
-        return [a for log in self.executor_logs(worker) for a in task_attempts_in(_read(log))]
+        return [a for log in self.executor_logs(worker) for a in task_attempts_in(read_log(log))]
 
-    def python_cpu_ticks(self, worker: SparkDaemon) -> int:
-        """CPU clock ticks used by the Python processes alive under ``worker`` (its executors'
-        Python daemon and workers)."""
+    def python_workers(self, worker: SparkDaemon) -> list[int]:
+        """The Python workers alive under ``worker`` that Spark's Python daemon forked (its
+        executors' task workers; the daemon itself is not among them)."""
         if worker.pid is None:
-            return 0
-        pythons = (p for p in descendants(worker.pid) if "python" in Path(_command(p)[0]).name)
-        return sum(_cpu_ticks(p) for p in pythons)
+            return []
+        pythons = {p for p in descendants(worker.pid) if "python" in Path(command_line(p)[0]).name}
+        return [
+            p for p in pythons if (fields := proc_stat(p)) is not None and int(fields[1]) in pythons
+        ]
+
+    def pythoncpu_ticks(self, worker: SparkDaemon) -> int:
+        """CPU clock ticks used by :meth:`python_workers` of ``worker``."""
+        return sum(cpu_ticks(p) for p in self.python_workers(worker))
 
     def busy_worker(
         self, timeout: float = 120.0, poll_s: float = 0.01, samples: int = 2
     ) -> SparkDaemon:
-        """The first running worker whose Python used CPU in ``samples`` polls in a row: one
-        whose executor is running a Python task (Spark's Python workers wait between tasks
-        without using any)."""
+        """The first running worker whose Python workers used CPU in ``samples`` polls in a
+        row: one whose executor is running a Python task (Spark's Python workers wait between
+        tasks without using any). Workers start theirs with their executor's first Python task:
+        wait until each has some (:meth:`python_workers`) to tell tasks from their start."""
         running = [w for w in self.workers if w.alive()]
-        last = {w.name: self.python_cpu_ticks(w) for w in running}
+        last = {w.name: self.pythoncpu_ticks(w) for w in running}
         busy = dict.fromkeys(last, 0)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             time.sleep(poll_s)
             for worker in running:
-                used = self.python_cpu_ticks(worker)
+                used = self.pythoncpu_ticks(worker)
                 busy[worker.name] = busy[worker.name] + 1 if used > last[worker.name] else 0
                 last[worker.name] = used
                 if busy[worker.name] >= samples:
@@ -396,15 +301,15 @@ class SparkStandaloneCluster:
         stopped: list[int] = []
         found = [root]
         while found:
-            _signal_all(found, signal.SIGSTOP)
+            signal_all(found, signal.SIGSTOP)
             stopped += found
             found = [p for p in descendants(root) if p not in stopped]
         executors = [
             command[command.index("--executor-id") + 1]
-            for command in map(_command, stopped)
+            for command in map(command_line, stopped)
             if "--executor-id" in command
         ]
-        _signal_all(stopped, signal.SIGKILL)
+        signal_all(stopped, signal.SIGKILL)
         worker.process.wait()
         return KilledWorker(worker.name, stopped, executors)
 
@@ -415,28 +320,16 @@ class SparkStandaloneCluster:
             process, daemon.process = daemon.process, None
             if process is None:
                 continue
-            tree = {p: _started(p) for p in [process.pid, *descendants(process.pid)]}
+            tree = {p: started_at(p) for p in [process.pid, *descendants(process.pid)]}
             if process.poll() is None:
                 process.terminate()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(30)
-            _signal_all([p for p, t in tree.items() if t and _started(p) == t], signal.SIGKILL)
+            signal_all([p for p, t in tree.items() if t and started_at(p) == t], signal.SIGKILL)
             process.wait()
 
     def __enter__(self) -> SparkStandaloneCluster:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
