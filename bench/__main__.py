@@ -1,6 +1,8 @@
-"""``make bench`` / ``python -m bench [--quick] [--json PATH]``: every figure of issue 5 beside
-its reference, measured in one run on an embedded broker, printed as a table and written as JSON
-(``bench/results/<timestamp>.json`` unless ``--json`` says where)."""
+"""``make bench`` / ``python -m bench [--quick] [--json PATH] [--only SECTION]``: every figure
+of issue 5 beside its reference, measured in one run on an embedded broker, printed as a table
+and written as JSON (``bench/results/<timestamp>.json`` unless ``--json`` says where).
+``--only`` runs one section alone: ``rebuild`` (the projection rebuild on ``local[2]`` and on a
+2-worker standalone Spark cluster, beside the plain consumer)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import cluster, lookups, rebuild
+from bench import cluster, lookups, rebuild, spark_standalone
 from bench.inventory import PARTITIONS, inventory_figures
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
@@ -29,6 +31,9 @@ from foldstream.kafka import TopicSpec, ensure_topics, produce_when_room
 from foldstream.process import InstanceProcess
 from foldstream.settings import Settings
 from foldstream.spark import FAST_CHECKPOINTS, JVM_OPTIONS, spark_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +69,11 @@ def _sizes(quick: bool) -> dict[str, Any]:
     )
 
 
-def rebuild_figures(run: BenchRun, bootstrap: str) -> tuple[list[Figure], dict[str, float]]:
+def rebuild_figures(
+    run: BenchRun, bootstrap: str, *, noop_batches: bool = True
+) -> tuple[list[Figure], dict[str, float]]:
+    """The rebuild on ``local[2]`` (first) and on a standalone cluster; with ``noop_batches``
+    the do-nothing micro-batches (the freshness figures' reference) on ``local[2]`` too."""
     settings = Settings(
         service="rebuild",
         bootstrap_servers=bootstrap,
@@ -99,15 +108,7 @@ def rebuild_figures(run: BenchRun, bootstrap: str) -> tuple[list[Figure], dict[s
         )
         for state in (run.tmp / "reference", settings.state_dir):
             rebuild.check_stock(state, PARTITIONS, keys, events)
-        noop = run.step(
-            "do-nothing Python reader → writer micro-batches",
-            lambda: noop_batch_ms(spark, run.size["noop_batches"]),
-        )
-        noop_sink = run.step(
-            "do-nothing Python reader → JVM noop sink micro-batches",
-            lambda: noop_batch_ms(spark, run.size["noop_batches"], sink="noop"),
-        )
-        noop |= {"noop sink median": noop_sink["median"], "noop sink p90": noop_sink["p90"]}
+        noop = _noop_figures(run, spark) if noop_batches else {}
     finally:
         spark.stop()
     figure = Figure(
@@ -124,13 +125,29 @@ def rebuild_figures(run: BenchRun, bootstrap: str) -> tuple[list[Figure], dict[s
         ),
         details={**spark_figures, "reference": reference, "jvm start s": jvm_start},
     )
-    return [figure], noop
+    on_cluster = spark_standalone.cluster_rebuild_figure(run, settings, PARTITIONS, figure)
+    return [figure, on_cluster], noop
+
+
+def _noop_figures(run: BenchRun, spark: SparkSession) -> dict[str, float]:
+    noop: dict[str, float] = run.step(
+        "do-nothing Python reader → writer micro-batches",
+        lambda: noop_batch_ms(spark, run.size["noop_batches"]),
+    )
+    noop_sink = run.step(
+        "do-nothing Python reader → JVM noop sink micro-batches",
+        lambda: noop_batch_ms(spark, run.size["noop_batches"], sink="noop"),
+    )
+    return noop | {"noop sink median": noop_sink["median"], "noop sink p90": noop_sink["p90"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--json", type=Path, help="where to write the results")
+    parser.add_argument(
+        "--only", choices=["rebuild"], help="run one section alone (see the description)"
+    )
     args = parser.parse_args()
     size = _sizes(args.quick)
     console = Console()
@@ -138,29 +155,16 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
     )
-    wrk = wrk_binary(console)
+    wrk = None if args.only else wrk_binary(console)
     figures: list[Figure] = []
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="foldstream-bench-") as name:
         run = BenchRun(console, wrk, Path(name), size)
-        with EmbeddedBroker() as broker:
-            rebuilt, noop = rebuild_figures(run, broker.bootstrap)
-            figures += rebuilt
-            figures += _lookups(run, broker.bootstrap)
-        figures += inventory_figures(run, noop)
-        # The cluster too: three instances on a broker that holds only their topics.
-        with EmbeddedBroker() as broker:
-            figures += run.step(
-                "3-instance cluster: redirects, failover, restore",
-                lambda: cluster.cluster_figures(
-                    broker.bootstrap,
-                    run.tmp,
-                    keys=size["cluster_keys"],
-                    lookups=size["cluster_lookups"],
-                    rebuild_rate=rebuilt[0].value,
-                ),
-            )
-    figures += _memory_figures(run.memory)
+        if args.only == "rebuild":
+            with EmbeddedBroker() as broker:
+                figures += rebuild_figures(run, broker.bootstrap, noop_batches=False)[0]
+        else:
+            figures += _all_figures(run)
     about = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
@@ -175,15 +179,39 @@ def main() -> None:
             "checkpointFileManagerClass": FAST_CHECKPOINTS,
             "jvm_options": JVM_OPTIONS,
             "master": "local[2]",
+            "rebuild also on": f"standalone cluster, {spark_standalone.WORKERS} workers x 1 core",
         },
         "load_tool": "wrk" if wrk else "python (aiohttp)",
     }
     print_table(
         console,
-        f"foldstream bench{' --quick' if args.quick else ''} — ratios are within this run",
+        f"foldstream bench{' --quick' if args.quick else ''}"
+        f"{f' --only {args.only}' if args.only else ''} — ratios are within this run",
         figures,
     )
     console.print(f"written to {write_json(args.json, about, figures)}")
+
+
+def _all_figures(run: BenchRun) -> list[Figure]:
+    """Every section, in order: rebuilds and lookups on one broker, the command side, the
+    3-instance cluster on a broker of its own, and the peak memory they saw."""
+    with EmbeddedBroker() as broker:
+        rebuilt, noop = rebuild_figures(run, broker.bootstrap)
+        figures = rebuilt + _lookups(run, broker.bootstrap)
+    figures += inventory_figures(run, noop)
+    # The cluster too: three instances on a broker that holds only their topics.
+    with EmbeddedBroker() as broker:
+        figures += run.step(
+            "3-instance cluster: redirects, failover, restore",
+            lambda: cluster.cluster_figures(
+                broker.bootstrap,
+                run.tmp,
+                keys=run.size["cluster_keys"],
+                lookups=run.size["cluster_lookups"],
+                rebuild_rate=rebuilt[0].value,
+            ),
+        )
+    return figures + _memory_figures(run.memory)
 
 
 def _memory_figures(memory: dict[str, PeakRss]) -> list[Figure]:

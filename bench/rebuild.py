@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,10 +53,11 @@ def reference_fold(
 
 
 def spark_rebuild(
-    spark: SparkSession, settings: Settings, partitions: int
+    spark: SparkSession, settings: Settings, partitions: int, *, cpu_roots: Sequence[int] = ()
 ) -> tuple[float, dict[str, float]]:
     """events/s of the projection from query start until every partition is folded (the JVM
-    is already up); also Spark's own figures of the query."""
+    is already up); also Spark's own figures of the query. CPU is this process's tree and the
+    trees of ``cpu_roots`` (a cluster's workers, whose executors run the tasks)."""
     handled: list[int] = []  # records, as each task reports them
     host = StoreHost(
         state_dir=settings.state_dir, on_task=lambda store, steps, records: handled.append(records)
@@ -71,7 +73,8 @@ def spark_rebuild(
         projections=[service.projection(STORE)],
         partitions={settings.events_topic: partitions},
     )
-    cpu_before = cpu_by_kind(os.getpid())
+    roots = [os.getpid(), *cpu_roots]
+    cpu_before = _cpu_by_kind(roots)
     started = time.perf_counter()
     runner.start()
     runner.run({settings.events_topic: range(partitions)})
@@ -83,7 +86,7 @@ def spark_rebuild(
     finally:
         runner.stop()
         host.stop()
-    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_kind(os.getpid()).items()}
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in _cpu_by_kind(roots).items()}
     records = sum(handled)
     batches = [p for p in progress if p["numInputRows"]]
     spark_figures = {
@@ -96,6 +99,15 @@ def spark_rebuild(
         / max(1, len(batches)),
     }
     return records / elapsed, spark_figures
+
+
+def _cpu_by_kind(roots: Sequence[int]) -> dict[str, float]:
+    """:func:`cpu_by_kind` summed over the trees of ``roots``."""
+    total: dict[str, float] = {}
+    for root in roots:
+        for kind, seconds in cpu_by_kind(root).items():
+            total[kind] = total.get(kind, 0.0) + seconds
+    return total
 
 
 def check_stock(

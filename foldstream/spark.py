@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,11 +37,19 @@ FAST_CHECKPOINTS = (
 #: applies nothing twice because the fold skips the offsets its stores already hold.
 LOCAL_TASK_ATTEMPTS = 4
 _LOCAL_MASTER = re.compile(r"local(?:\[([^,\]]+)\])?")
+_ANY_LOCAL_MASTER = re.compile(r"local(?:\[[^\]]+\])?")
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs the tasks inside the driver's JVM (``local``, ``local[N]``,
+    ``local[N,F]``, ``local[*]``), on this machine."""
+    return _ANY_LOCAL_MASTER.fullmatch(master) is not None
 
 
 def with_task_retries(master: str) -> str:
     """``master`` with :data:`LOCAL_TASK_ATTEMPTS` for a local master that names none
-    (``local``, ``local[N]``, ``local[*]``); any other master as it is."""
+    (``local``, ``local[N]``, ``local[*]``); any other master as it is: a cluster's
+    ``spark.task.maxFailures`` (4 by default) applies there."""
     matched = _LOCAL_MASTER.fullmatch(master)
     if matched is None:
         return master
@@ -86,10 +95,14 @@ PYTHONPATH=$new exec "{python}" "$@"
 """
 
 
-def worker_python() -> str:
-    """The Python that Spark starts its workers with: this interpreter, through a wrapper that
-    keeps Spark's ``pyspark.zip`` (and jars, which Python scans as zips) off their path when
-    pyspark is pip-installed.
+def worker_python(master: str = "local[*]") -> str:
+    """The Python that Spark starts its workers with: this interpreter, for a local master
+    through a wrapper that keeps Spark's ``pyspark.zip`` (and jars, which Python scans as zips)
+    off their path when pyspark is pip-installed.
+
+    Any other master gets the interpreter's own path: Spark starts every executor's Python
+    workers with the driver's path, and the wrapper is a file in this machine's temp directory,
+    which executors on other machines do not have.
 
     Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and
     Python caches no bytecode for modules imported from a zip: each new worker (planner, source,
@@ -100,7 +113,7 @@ def worker_python() -> str:
     import pyspark
 
     home = Path(pyspark.__file__).parent  # SPARK_HOME of a pip install
-    if not (home / "python" / "lib").is_dir():
+    if not is_local(master) or not (home / "python" / "lib").is_dir():
         return sys.executable
     script = _WORKER_PYTHON.format(home=home, python=sys.executable)
     digest = hashlib.sha256(script.encode()).hexdigest()[:12]
@@ -113,12 +126,23 @@ def worker_python() -> str:
     return str(wrapper)
 
 
-def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> SparkSession:
-    """A SparkSession with foldstream's data sources registered."""
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "foldstream",
+    *,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession with foldstream's data sources registered; ``conf``: more Spark
+    settings, over foldstream's (e.g. a cluster's executors' JVM options).
+
+    Settings foldstream does not make come from ``spark-defaults.conf`` in ``SPARK_CONF_DIR``,
+    as for any Spark application: on a cluster, the executors' memory and JVM options, the
+    driver's address they reach (docs/operations/spark-cluster.md).
+    """
     check_java()
     # Executors' Python workers must import the same foldstream (and service) as the driver;
     # the driver-side ones (data source planning, streaming source commit) too.
-    python = worker_python()
+    python = worker_python(master)
     os.environ.setdefault("PYSPARK_PYTHON", python)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
     from pyspark.sql import SparkSession
@@ -132,7 +156,7 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
     with pandas_hidden():
         import pyspark.testing.utils  # noqa: F401
 
-    session = (
+    builder = (
         SparkSession.builder.master(with_task_retries(master))
         .appName(app_name)
         .config("spark.sql.streaming.checkpointFileManagerClass", FAST_CHECKPOINTS)
@@ -156,8 +180,10 @@ def spark_session(master: str = "local[*]", app_name: str = "foldstream") -> Spa
         # The JVM plans micro-batches and runs their tasks (the records stay in Python): half
         # the default heap is plenty and keeps an instance's tree within its memory budget.
         .config("spark.driver.memory", "512m")
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     session.dataSource.register(FoldSource)
     return session

@@ -1,10 +1,13 @@
-"""Local Spark masters get task retries; other masters are left as configured."""
+"""Local Spark masters get task retries and the worker wrapper; other masters are left as
+configured and get this interpreter's own path."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from foldstream.spark import LOCAL_TASK_ATTEMPTS, with_task_retries
+from foldstream.spark import LOCAL_TASK_ATTEMPTS, is_local, with_task_retries, worker_python
 
 
 @pytest.mark.parametrize(
@@ -21,3 +24,19 @@ from foldstream.spark import LOCAL_TASK_ATTEMPTS, with_task_retries
 )
 def test_local_masters_retry_failed_tasks(master: str, expected: str) -> None:
     assert with_task_retries(master) == expected
+
+
+def test_only_local_masters_start_workers_through_the_wrapper() -> None:
+    """The wrapper lives in this machine's temp directory: executors elsewhere lack it."""
+    assert worker_python("spark://spark-master:7077") == sys.executable
+    assert worker_python("k8s://https://kubernetes:443") == sys.executable
+    local = worker_python("local[2]")
+    assert local == sys.executable or "foldstream-spark-python-" in local
+
+
+@pytest.mark.parametrize(
+    ("master", "local"),
+    [("local", True), ("local[*]", True), ("local[2,4]", True), ("spark://h:7077", False)],
+)
+def test_is_local(master: str, local: bool) -> None:
+    assert is_local(master) is local
