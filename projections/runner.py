@@ -39,9 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The wait before restarting a failed query: doubling with each failure in a row, from the
-#: first to the longest.
+#: first to the longest (short enough that a query failed by a broker outage folds again a few
+#: seconds after the broker is back).
 RESTART_WAIT_MIN_S = 1.0
-RESTART_WAIT_MAX_S = 30.0
+RESTART_WAIT_MAX_S = 5.0
 SUPERVISE_INTERVAL_S = 0.5
 
 _restart_wait = wait_exponential(multiplier=RESTART_WAIT_MIN_S, max=RESTART_WAIT_MAX_S)
