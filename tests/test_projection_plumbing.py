@@ -128,7 +128,7 @@ def test_thechangelog_position_never_passes_another_writers_records(
 
 
 def test_a_failed_query_is_restarted_after_waits_that_double_up_to_a_cap() -> None:
-    assert [restart_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert [restart_delay(n) for n in range(1, 9)] == [1, 2, 4, 5, 5, 5, 5, 5]
 
 
 def test_a_failed_querys_error_is_summed_up_by_the_python_error_its_task_raised() -> None:
