@@ -77,6 +77,9 @@ class ClusterMap:
         self._consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self._thread = threading.Thread(target=self._run, name="cluster-map", daemon=True)
+
+    def start(self) -> None:
+        """Start reading the topic (``on_change`` is called from then on)."""
         self._thread.start()
 
     # -- publishing --------------------------------------------------------------------------
@@ -248,8 +251,12 @@ class ClusterMap:
             )
 
     def _changed(self) -> None:
-        if self._on_change is not None:
+        if self._on_change is None:
+            return
+        try:
             self._on_change()
+        except Exception:  # noqa: BLE001 - the reader goes on whatever the listener does
+            log.exception("reacting to a change of the cluster map failed")
 
     def snapshot(self) -> dict[str, Any]:
         """The map as served at ``GET /cluster``."""
@@ -269,7 +276,8 @@ class ClusterMap:
 
     def close(self) -> None:
         self._stopping.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self._consumer.close()
         self._producer.flush(5)
 

@@ -133,6 +133,7 @@ class ClusterNode:
     def start(self, join_timeout: float = 60.0) -> None:
         """Announce this member and wait until it follows an assignment (possibly empty)."""
         log.info("member %s at %s joining the cluster", self.member_id, self.settings.url)
+        self.map.start()
         self.publish()
         self.heartbeat.start()
         self.leader.start()
