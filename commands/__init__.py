@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from foldstream.commands.arguments import CommandArguments, InvalidArguments, command_arguments
 from foldstream.commands.handler import (
     CommandHandler,
     CommandResult,
-    InvalidArguments,
     UnknownCommand,
     VersionConflict,
 )
 
 __all__ = [
+    "CommandArguments",
     "CommandHandler",
     "CommandResult",
     "InvalidArguments",
     "UnknownCommand",
     "VersionConflict",
+    "command_arguments",
 ]

@@ -8,12 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from foldstream.commands.handler import (
-    CommandHandler,
-    InvalidArguments,
-    UnknownCommand,
-    VersionConflict,
-)
+from foldstream.commands.arguments import InvalidArguments
+from foldstream.commands.handler import CommandHandler, UnknownCommand, VersionConflict
 from foldstream.domain import DomainRuleViolation
 from foldstream.errors import BrokerUnavailable, InvalidRequest, NotOwner, RecordTooLarge
 from foldstream.http_input import InputLimits, count, last, query_params
