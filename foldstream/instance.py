@@ -29,6 +29,7 @@ from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler, command_arguments
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
+from foldstream.dashboard import dashboard_routes
 from foldstream.direct_routes import DirectRoutes
 from foldstream.http_input import InputLimits
 from foldstream.kafka_client import installed as kafka_properties
@@ -106,6 +107,7 @@ class Instance:
                 ),
                 Route("/metrics", self._metrics),
                 *api_docs_routes(document),
+                *dashboard_routes(settings.url, limits),
             ],
             lifespan=self._lifespan,
             exception_handlers={HTTPException: _http_error},
