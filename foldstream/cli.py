@@ -216,10 +216,15 @@ def new(
         "."
     ),
     foldstream_url: Annotated[
-        str | None, typer.Option(help="where pip gets foldstream [default: this checkout]")
+        str | None,
+        typer.Option(
+            help="where pip gets foldstream: a file:// checkout or wheel, a git+https:// URL, or "
+            "'' for the package index [default: where this foldstream was installed from]"
+        ),
     ] = None,
     template: Annotated[
-        str | None, typer.Option(help="template path or git URL [default: this checkout]")
+        str | None,
+        typer.Option(help="template path or git URL [default: the one shipped in the package]"),
     ] = None,
 ) -> None:
     """Create a service from the template (cookiecutter), ready for `make demo` / `make test`."""
@@ -228,7 +233,7 @@ def new(
     created = new_service(
         name, output_dir=output_dir, foldstream_url=foldstream_url, template=template
     )
-    typer.echo(f"created {created}\nnext: cd {created} && make test")
+    typer.echo(f"created {created}\nnext: cd {created} && make test && make serve (see README.md)")
 
 
 def main() -> None:

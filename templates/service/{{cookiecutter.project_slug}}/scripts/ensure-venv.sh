@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create or reuse .venv with this project and its dev tools; safe to run any number of times.
-# foldstream's service template copies this script into every service it generates.
+# Every service generated from foldstream's template has this script (scripts/ensure-venv.sh of
+# the foldstream repository is a link to the template's copy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

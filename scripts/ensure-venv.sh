@@ -1,0 +1,1 @@
+../templates/service/{{cookiecutter.project_slug}}/scripts/ensure-venv.sh
