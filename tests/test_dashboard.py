@@ -50,6 +50,12 @@ def page() -> Iterator[Page]:
         browser.close()
 
 
+def keep_for_the_docs(page: Page, name: str) -> None:
+    """Save the page as ``docs/img/<name>`` when ``FOLDSTREAM_UPDATE_SCREENSHOTS=1``."""
+    if os.environ.get("FOLDSTREAM_UPDATE_SCREENSHOTS") == "1":
+        page.screenshot(ROOT / "docs" / "img" / name)
+
+
 def members_shown(page: Page) -> list[str]:
     return page.evaluate(  # type: ignore[no-any-return]
         "[...document.querySelectorAll('#members tbody tr td:first-child')]"
@@ -104,8 +110,7 @@ def test_the_dashboard_shows_the_cluster(
     shot = tmp_path / "dashboard.png"
     page.screenshot(shot)
     assert shot.stat().st_size > 10_000
-    if os.environ.get("FOLDSTREAM_UPDATE_SCREENSHOTS") == "1":
-        page.screenshot(ROOT / "docs" / "img" / "dashboard.png")
+    keep_for_the_docs(page, "dashboard.png")
 
 
 def test_the_api_page_renders_the_services_openapi(
@@ -116,8 +121,7 @@ def test_the_api_page_renders_the_services_openapi(
     page.wait_for("document.querySelectorAll('.opblock').length >= 10")
     text = page.evaluate("document.body.innerText")
     assert "/commands/product/{id}/sell" in text and "/stores/stock/keys/{key}" in text
-    if os.environ.get("FOLDSTREAM_UPDATE_SCREENSHOTS") == "1":
-        page.screenshot(ROOT / "docs" / "img" / "openapi.png")
+    keep_for_the_docs(page, "openapi.png")
 
 
 def test_nothing_came_from_outside_the_instance_and_nothing_failed(
