@@ -19,7 +19,7 @@ class ClientError(FoldstreamError):
 
 class BadRequest(ClientError):
     """400, 413 or 414: the request breaks a rule (arguments, key, size); the message says
-    which. Remedy: fix the request; the limits are in ``docs/http.md``."""
+    which. Remedy: fix the request; the limits are in ``docs/reference/http.md``."""
 
 
 class Unauthorized(ClientError):
