@@ -52,6 +52,8 @@ class Send:
 
 
 Result = httpx.Response | httpx.TransportError
+#: Transport errors raised before a request could leave: a command may be sent again.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 Flow = Generator[list[Send], list[Result], T]
 
 
@@ -165,7 +167,7 @@ class ClientCore:
             (result,) = yield [current]
             if isinstance(result, httpx.TransportError):
                 self.router.mark_down(current.url)
-                if send.idempotent or isinstance(result, httpx.ConnectError):
+                if send.idempotent or isinstance(result, _NOT_SENT):
                     raise Retry(f"{origin(current.url)} unreachable: {result!r}", after=0.1)
                 raise errors.OutcomeUnknown(
                     f"the connection to {origin(current.url)} broke after the command was sent "
