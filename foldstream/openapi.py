@@ -111,7 +111,8 @@ def _command_path(spec: CommandArguments) -> str:
 
 def _command_operation(spec: CommandArguments, security: list[Any] | None) -> dict[str, Any]:
     required = bool(spec.json_schema().get("required"))
-    summary, _, details = spec.doc.partition("\n\n")
+    # Docstrings are reStructuredText; OpenAPI renders Markdown: ``code`` becomes `code`.
+    summary, _, details = spec.doc.replace("``", "`").partition("\n\n")
     operation: dict[str, Any] = {
         "operationId": f"{spec.aggregate}.{spec.command}",
         "tags": [f"commands: {spec.aggregate}"],
