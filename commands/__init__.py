@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from foldstream.commands.arguments import CommandArguments, InvalidArguments, command_arguments
 from foldstream.commands.handler import (
     AggregateUnreplayable,
     CommandHandler,
     CommandResult,
-    InvalidArguments,
     UnknownCommand,
     VersionConflict,
 )
 
 __all__ = [
     "AggregateUnreplayable",
+    "CommandArguments",
     "CommandHandler",
     "CommandResult",
     "InvalidArguments",
     "UnknownCommand",
     "VersionConflict",
+    "command_arguments",
 ]

@@ -13,20 +13,19 @@ command too, and the partition's aggregates are rebuilt by a replay when it is t
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import threading
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from foldstream.commands.arguments import CommandArguments, command_arguments
 from foldstream.commands.group_commit import MAX_RECORD_BYTES, GroupCommitter
 from foldstream.commands.replay import AggregateUnreplayable, replay
 from foldstream.commands.working_copy import working_copy
 from foldstream.commands.writer import PartitionWriter
-from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec, commands_of
+from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec
 from foldstream.errors import (
     ConfigurationError,
     FoldstreamError,
@@ -41,13 +40,6 @@ class UnknownCommand(FoldstreamError):
     """The aggregate or command named in a request does not exist (HTTP 404).
 
     Remedy: check the names against the service's aggregates and their ``@command`` methods.
-    """
-
-
-class InvalidArguments(FoldstreamError):
-    """A command's arguments do not match its signature (HTTP 400).
-
-    Remedy: send a JSON object whose keys and value types match the command's parameters.
     """
 
 
@@ -86,40 +78,6 @@ class CommandResult:
     events: list[dict[str, Any]]
     partition: int
     offset: int
-
-
-_JSON_TYPES: dict[type, tuple[type, ...]] = {
-    int: (int,),
-    float: (int, float),
-    str: (str,),
-    bool: (bool,),
-    list: (list,),
-    dict: (dict,),
-}
-
-
-def bind_arguments(
-    signature: inspect.Signature, hints: dict[str, Any], arguments: Any
-) -> dict[str, Any]:
-    """Check JSON ``arguments`` against a command's signature and simple type hints."""
-    if not isinstance(arguments, dict):
-        raise InvalidArguments("the request body must be a JSON object of the command's arguments")
-    unexpected = sorted(set(arguments) - set(signature.parameters))
-    if unexpected:
-        raise InvalidArguments(f"unexpected arguments {unexpected}; the command takes {signature}")
-    try:
-        signature.bind(**arguments)
-    except TypeError as exc:
-        raise InvalidArguments(str(exc)) from exc
-    for name, value in arguments.items():
-        expected = _JSON_TYPES.get(typing.get_origin(hints.get(name)) or hints.get(name))  # type: ignore[arg-type]
-        if expected is None:
-            continue
-        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
-            raise InvalidArguments(
-                f"argument {name!r} must be {hints[name].__name__}, got {type(value).__name__}"
-            )
-    return arguments
 
 
 _ENVELOPE = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})
@@ -170,11 +128,7 @@ class CommandHandler:
         self.transaction_timeout = transaction_timeout
         self.on_released = on_released
         self._codec = EventCodec(self.aggregates.values())
-        self._commands = {name: commands_of(cls) for name, cls in self.aggregates.items()}
-        self._hints = {
-            name: {c: typing.get_type_hints(getattr(cls, c)) for c in self._commands[name]}
-            for name, cls in self.aggregates.items()
-        }
+        self._commands = command_arguments(self.aggregates)
         # Lock order: _membership, then _guard (held briefly, never around a blocking call),
         # then a writer's own lock (held for one transaction). The event loop takes only _guard.
         self._membership = threading.Lock()  # one assign/revoke/close at a time
@@ -329,7 +283,9 @@ class CommandHandler:
             if self.on_released is not None:
                 self.on_released(writer.partition, error)
 
-    def signature(self, aggregate: str, command: str) -> inspect.Signature:
+    def arguments(self, aggregate: str, command: str) -> CommandArguments:
+        """How ``command`` of ``aggregate`` takes its arguments; :class:`UnknownCommand` if
+        there is no such command."""
         try:
             return self._commands[aggregate][command]
         except KeyError:
@@ -360,8 +316,7 @@ class CommandHandler:
         :class:`BrokerUnavailable`) the handler gives the partition up with its aggregates, and
         every command queued after it fails too.
         """
-        signature = self.signature(aggregate, command)
-        kwargs = bind_arguments(signature, self._hints[aggregate][command], arguments)
+        kwargs = self.arguments(aggregate, command).bind(arguments)
         if self._executor is None:
             raise RuntimeError("the command handler is not started")
         cls = self.aggregates[aggregate]

@@ -8,10 +8,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from foldstream.commands.arguments import InvalidArguments
 from foldstream.commands.handler import (
     AggregateUnreplayable,
     CommandHandler,
-    InvalidArguments,
     UnknownCommand,
     VersionConflict,
 )

@@ -26,6 +26,10 @@ from foldstream.settings import Settings
 
 #: Paths answered without credentials unless configured otherwise: probes and scrapers.
 OPEN_PATHS = ("/health", "/ready", "/metrics")
+#: The pages' own files (``/docs``, ``/ui``): static, holding no data, always open. What they
+#: show comes from the routes they call, which need credentials like any other request.
+PAGE_PREFIXES = ("/docs", "/ui")
+_PAGE_DATA = "/ui/api/"
 Check = Callable[[Request], "bool | Awaitable[bool]"]
 ASGIApp = Callable[..., Any]
 
@@ -34,7 +38,7 @@ class RequireCredentials:
     """Answers 401 to a protected request unless ``check(request)`` (sync or async) is true.
 
     Protected: ``/commands/...`` always, every other path when ``queries`` is true, never one
-    of ``open_paths`` (exact paths).
+    of ``open_paths`` (exact paths) nor the pages' files (:func:`is_page_file`).
     """
 
     def __init__(
@@ -58,7 +62,7 @@ class RequireCredentials:
         )
 
     def protects(self, path: str) -> bool:
-        if path in self.open_paths:
+        if path in self.open_paths or is_page_file(path):
             return False
         return self.queries or path.startswith("/commands/")
 
@@ -74,6 +78,13 @@ class RequireCredentials:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+def is_page_file(path: str) -> bool:
+    """Whether ``path`` is one of the files of the ``/docs`` or ``/ui`` pages."""
+    return not path.startswith(_PAGE_DATA) and any(
+        path == prefix or path.startswith(f"{prefix}/") for prefix in PAGE_PREFIXES
+    )
 
 
 def bearer_token(token: str) -> Check:

@@ -1,4 +1,4 @@
-"""The ``foldstream`` command line: ``broker``, ``serve``, ``demo`` and ``new``."""
+"""The ``foldstream`` command line: ``broker``, ``serve``, ``demo``, ``status`` and ``new``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,24 @@ from foldstream.settings import OnStaleState
 
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
+
+
+def _show_version(asked: bool) -> None:
+    if asked:
+        from foldstream.api_docs import foldstream_version
+
+        typer.echo(f"foldstream {foldstream_version()}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="print the version"),
+    ] = False,
+) -> None:
+    """foldstream: event sourcing on Kafka with queryable PySpark read models."""
 
 
 BROKER_HELP = (
@@ -175,16 +193,38 @@ def demo(
 
 
 @cli.command()
+def status(
+    url: Annotated[
+        str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
+    ],
+    token: Annotated[
+        str | None,
+        typer.Option(help="bearer token, when queries need one", envvar="FOLDSTREAM_AUTH_TOKEN"),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to keep trying")] = 10.0,
+) -> None:
+    """Print the cluster: its members and their readiness, and who serves each partition."""
+    from foldstream.status import print_status
+
+    raise typer.Exit(print_status(url, token=token, timeout=timeout))
+
+
+@cli.command()
 def new(
     name: Annotated[str, typer.Argument(help="the service's name, e.g. 'Warehouse Ledger'")],
     output_dir: Annotated[Path, typer.Option(help="where the service's directory goes")] = Path(
         "."
     ),
     foldstream_url: Annotated[
-        str | None, typer.Option(help="where pip gets foldstream [default: this checkout]")
+        str | None,
+        typer.Option(
+            help="where pip gets foldstream: a file:// checkout or wheel, a git+https:// URL, or "
+            "'' for the package index [default: where this foldstream was installed from]"
+        ),
     ] = None,
     template: Annotated[
-        str | None, typer.Option(help="template path or git URL [default: this checkout]")
+        str | None,
+        typer.Option(help="template path or git URL [default: the one shipped in the package]"),
     ] = None,
 ) -> None:
     """Create a service from the template (cookiecutter), ready for `make demo` / `make test`."""
@@ -193,7 +233,7 @@ def new(
     created = new_service(
         name, output_dir=output_dir, foldstream_url=foldstream_url, template=template
     )
-    typer.echo(f"created {created}\nnext: cd {created} && make test")
+    typer.echo(f"created {created}\nnext: cd {created} && make test && make serve (see README.md)")
 
 
 def main() -> None:

@@ -23,16 +23,19 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from foldstream import auth
+from foldstream.api_docs import api_docs_routes, foldstream_version
 from foldstream.changelog import StandbyReplicas
 from foldstream.cluster import ClusterNode
-from foldstream.commands import CommandHandler
+from foldstream.commands import CommandHandler, command_arguments
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
+from foldstream.dashboard import dashboard_routes
 from foldstream.direct_routes import DirectRoutes
 from foldstream.http_input import InputLimits
 from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
+from foldstream.openapi import openapi_document
 from foldstream.preflight import prepare, store_layouts
 from foldstream.projections.runner import ProjectionRunner, query_name
 from foldstream.query_api import StoreReaders, query_routes
@@ -77,6 +80,17 @@ class Instance:
             cluster=lambda: self.node.figures() if self.node else None,
         )
         limits = settings.limits
+        if authentication is None:
+            authentication = auth.configured(settings, service.authentication)
+        document = openapi_document(
+            title=service.name,
+            version=foldstream_version(),
+            commands=command_arguments(service.aggregates),
+            stores=[p.store for p in service.projections],
+            limits=limits,
+            commands_secured=bool(authentication),
+            queries_secured=any(auth.protects_queries(m) for m in authentication),
+        )
         app = Starlette(
             routes=[
                 *command_routes(
@@ -92,12 +106,12 @@ class Instance:
                     limits=limits,
                 ),
                 Route("/metrics", self._metrics),
+                *api_docs_routes(document),
+                *dashboard_routes(settings.url, limits),
             ],
             lifespan=self._lifespan,
             exception_handlers={HTTPException: _http_error},
         )
-        if authentication is None:
-            authentication = auth.configured(settings, service.authentication)
         self.app = front(
             app,
             readers=lambda: self.readers,

@@ -1,5 +1,6 @@
-"""What an instance does before it serves: create its service's topics, then check the local
-copies of its stores against them (:mod:`foldstream.stale_state`).
+"""What an instance does before it serves: check its state directory and Java, create its
+service's topics (Kafka must answer), then check the local copies of its stores against them
+(:mod:`foldstream.stale_state`).
 
 Kept apart from :mod:`foldstream.instance` (Starlette, Spark): ``foldstream serve`` runs it
 before it starts the HTTP server, so that a state directory it refuses ends the command with
@@ -8,12 +9,43 @@ one ``error:`` line, and on granian before the worker process that builds the in
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 from foldstream.changelog import StoreLayout
+from foldstream.errors import ConfigurationError
 from foldstream.kafka_client import configure as configure_kafka_clients
 from foldstream.service import Service
 from foldstream.settings import Settings
 from foldstream.stale_state import check_local_copies
 from foldstream.topics import provision
+
+
+class BadStateDirectory(ConfigurationError):
+    """The state directory cannot hold the instance's stores.
+
+    Remedy: point ``--state-dir`` (``FOLDSTREAM_STATE_DIR``) at a directory this user can write,
+    on a local disk with room for the stores.
+    """
+
+
+def check_state_dir(path: Path) -> None:
+    """Create ``path`` if missing and check that files can be written in it."""
+    where = f"state directory {str(path)!r}"
+    if path.exists() and not path.is_dir():
+        raise BadStateDirectory(f"{where} is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadStateDirectory(f"cannot create {where}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BadStateDirectory(f"{where} is not writable by this user")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".foldstream-check-"):
+            pass
+    except OSError as exc:
+        raise BadStateDirectory(f"cannot write in {where}: {exc.strerror or exc}") from None
 
 
 def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout]:
@@ -33,8 +65,13 @@ def prepare(service: Service, settings: Settings) -> dict[str, int]:
     against them: copies that do not belong to them are rebuilt or refused (by the settings'
     ``on_stale_state``). Returns ``{topic: partitions}`` of every source topic; idempotent.
 
-    A bad client property, a rejected credential, a missing topic or a refused state directory
-    is one error, before anything serves."""
+    A bad client property, an unreachable broker, a rejected credential, a missing topic or a
+    refused state directory is one error, before anything serves; so are a state directory that
+    cannot be written and a missing Java, checked first."""
+    from foldstream.spark import check_java
+
+    check_state_dir(settings.state_dir)
+    check_java()
     configure_kafka_clients(settings.kafka_config)
     layout = provision(settings, service.projections)
     copies = [

@@ -33,9 +33,9 @@ class Service:
 
     ``authentication``: who may send commands (and queries), checked on every request before
     its route (``docs/reference/http.md``): a check ``(request) -> bool`` (sync or async) for
-    commands,
-    ``Middleware(RequireCredentials, check=..., queries=True)`` (:mod:`foldstream.auth`) to
-    choose what it protects, or a Starlette ``Middleware`` of any class of your own.
+    commands, ``Middleware(RequireCredentials, check=..., queries=True)``
+    (:mod:`foldstream.auth`) to choose what it protects, or a Starlette ``Middleware`` of any
+    class of your own.
 
     :attr:`codec` decodes the events of the service's own aggregates and of nothing else; its
     projections are given it (:meth:`Projection.for_events`), and so is its command side.

@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from foldstream.errors import ConfigurationError
+from foldstream.log_format import configure_logging, log_format
 from foldstream.memory import limit_malloc_arenas
 from foldstream.settings import Settings
 
@@ -35,13 +36,6 @@ class HttpServer(StrEnum):
 
     uvicorn = "uvicorn"
     granian = "granian"
-
-
-def configure_logging() -> None:
-    logging.basicConfig(
-        level=os.environ.get("FOLDSTREAM_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 def serve(service_path: str, settings: Settings, server: HttpServer) -> None:
@@ -77,6 +71,8 @@ def serve(service_path: str, settings: Settings, server: HttpServer) -> None:
         host=settings.host,
         port=settings.port,
         log_level="warning",
+        # JSON logs: uvicorn's loggers go through the root handler instead of its own format.
+        log_config=None if log_format() == "json" else uvicorn.config.LOGGING_CONFIG,
         lifespan="on",
         proxy_headers=False,
         server_header=False,

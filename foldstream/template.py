@@ -1,17 +1,30 @@
-"""``foldstream new``: a service generated from the cookiecutter template of this checkout.
+"""``foldstream new``: a service generated from the cookiecutter template foldstream ships.
 
-The template lives beside the package (``cookiecutter.json`` and ``templates/service`` at the
-repository root), so ``foldstream new`` works from a checkout or an editable install; elsewhere
-pass ``template`` (a path or git URL of the foldstream repository).
+The template is ``templates/service`` in the foldstream repository, installed inside the package
+as ``foldstream/templates/service``: ``foldstream new`` works from a checkout, an editable
+install and an installed wheel alike (with ``pip install 'foldstream[template]'`` for
+cookiecutter). ``template`` (a path or git URL) takes another one.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from foldstream.errors import ConfigurationError
+from foldstream.errors import ConfigurationError, EnvironmentNotReady
 
-CHECKOUT = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parent
+CHECKOUT = PACKAGE.parent
+
+
+def template_directory() -> Path:
+    """The service template: the checkout's, else the one installed with the package."""
+    for candidate in (CHECKOUT / "templates" / "service", PACKAGE / "templates" / "service"):
+        if (candidate / "cookiecutter.json").is_file():
+            return candidate
+    raise ConfigurationError(
+        f"no service template in this foldstream installation ({PACKAGE}): reinstall it, or "
+        "pass --template with the path or git URL of the foldstream repository"
+    )
 
 
 class TemplateRejected(ConfigurationError):
@@ -30,22 +43,22 @@ def new_service(
     template: str | None = None,
 ) -> Path:
     """Generate the service named ``name`` under ``output_dir``; returns its directory."""
-    from cookiecutter.exceptions import CookiecutterException, FailedHookException
-    from cookiecutter.main import cookiecutter
-
-    if template is None:
-        if not (CHECKOUT / "cookiecutter.json").is_file():
-            raise ConfigurationError(
-                f"no template beside this foldstream installation ({CHECKOUT}): pass "
-                "--template with the path or git URL of the foldstream repository"
-            )
-        template = str(CHECKOUT)
+    try:
+        from cookiecutter.exceptions import CookiecutterException, FailedHookException
+        from cookiecutter.main import cookiecutter
+    except ImportError:
+        raise EnvironmentNotReady(
+            "foldstream new needs cookiecutter: pip install 'foldstream[template]'"
+        ) from None
     extra = {"service_name": name}
-    if foldstream_url:
+    if foldstream_url is not None:
         extra["foldstream_url"] = foldstream_url
     try:
         created = cookiecutter(
-            template, no_input=True, extra_context=extra, output_dir=str(output_dir)
+            template or str(template_directory()),
+            no_input=True,
+            extra_context=extra,
+            output_dir=str(output_dir),
         )
     except FailedHookException as exc:
         raise TemplateRejected(f"the template rejected {name!r} (reasons above)") from exc

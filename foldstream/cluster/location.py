@@ -172,12 +172,16 @@ class Location:
                 "active": active,
                 "standbys": [{"url": url, "lag": lag} for url, lag in standbys],
             }
-        return {
+        snapshot = {
             **self._map.snapshot(),
             "settled": self._settled(),
             "partitions": partitions,
             "stores": self.store_info,
         }
+        if self._commands is not None:  # where a client sends each aggregate's commands
+            topic = self.events_topic
+            snapshot["commands"] = {"topic": topic, "partitions": self.topics[topic]}
+        return snapshot
 
     def _settled(self) -> bool:
         """Whether the assignment was planned for the live members and every partition is

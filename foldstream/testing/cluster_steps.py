@@ -37,6 +37,7 @@ a condition (at most ``WAIT`` seconds), never for a fixed time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -52,7 +53,7 @@ from pytest_bdd import given, parsers, then, when
 
 from foldstream.cluster.assignment import Assignment
 from foldstream.cluster.map import ASSIGNMENT_KEY
-from foldstream.cluster.records import parse_assignment
+from foldstream.cluster.records import InvalidRecord, parse_assignment
 from foldstream.kafka import partition_for, read_to_end
 from foldstream.process import InstanceProcess, cluster_stable, http, lookup, wait_cluster_stable
 from foldstream.projections.reference import fold_topic
@@ -654,14 +655,17 @@ def failed_over_to_standbys(cluster_state: ClusterState) -> None:
 
 
 def published_assignments(instance: InstanceProcess) -> list[Assignment]:
-    """Every assignment published on the cluster topic of ``instance``'s service, oldest first."""
+    """Every valid assignment published on the cluster topic of ``instance``'s service, oldest
+    first (invalid records, which the instances ignore too, are left out)."""
     _, settings = service_of(instance)
-    return [
-        parse_assignment(message.value())
-        for batch in read_to_end(instance.bootstrap, settings.cluster_topic, 1)
-        for message in batch
-        if message.key() == ASSIGNMENT_KEY and message.value()
-    ]
+    found = []
+    for batch in read_to_end(instance.bootstrap, settings.cluster_topic, 1):
+        for message in batch:
+            if message.key() != ASSIGNMENT_KEY:
+                continue
+            with contextlib.suppress(InvalidRecord):
+                found.append(parse_assignment(message.value()))
+    return found
 
 
 @then("the new instance takes over partitions once its standby copies have caught up")

@@ -46,15 +46,28 @@ def problems() -> list[str]:
             f"Python package {PACKAGE!r} would shadow the module of the same name: choose "
             f"another service name or package (e.g. '{PACKAGE}_service')"
         )
-    url = urlparse(URL)
-    if not re.fullmatch(r"file|https?|git\+(https?|ssh|file)", url.scheme):
-        found.append(
-            f"foldstream URL {URL!r}: give a file:// URL of a foldstream checkout or a "
-            "git+https:// URL pip can install from"
-        )
-    elif url.scheme == "file" and not (Path(unquote(url.path)) / "pyproject.toml").is_file():
-        found.append(f"foldstream URL {URL!r}: no foldstream checkout (pyproject.toml) there")
+    found += url_problems(URL)
     return found
+
+
+def url_problems(text: str) -> list[str]:
+    """What is wrong with the foldstream URL (empty: foldstream comes from the package index)."""
+    if not text:
+        return []
+    url = urlparse(text)
+    if not re.fullmatch(r"file|https?|git\+(https?|ssh|file)", url.scheme):
+        return [
+            f"foldstream URL {text!r}: give a file:// URL of a foldstream checkout or wheel, a "
+            "git+https:// URL pip can install from, or nothing for the package index"
+        ]
+    if url.scheme != "file":
+        return []
+    path = Path(unquote(url.path))
+    if path.suffix == ".whl" and path.is_file():
+        return []
+    if not (path / "pyproject.toml").is_file():
+        return [f"foldstream URL {text!r}: no foldstream checkout (pyproject.toml) or wheel there"]
+    return []
 
 
 errors = problems()

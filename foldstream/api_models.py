@@ -1,0 +1,174 @@
+"""The shapes of an instance's HTTP answers, as pydantic models.
+
+``GET /openapi.json`` publishes their JSON schemas, and :mod:`foldstream.client` parses answers
+with them. They describe what the routes send (built in :mod:`foldstream.query_api.answers`,
+:mod:`foldstream.commands.http` and :mod:`foldstream.cluster.location`); they tolerate fields
+added later (``extra="allow"``), so an older client keeps working with a newer instance.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class ErrorAnswer(_Answer):
+    """Every 4xx and 5xx answer: what went wrong, and for a 503 the partition concerned."""
+
+    error: str
+    partition: int | None = None
+
+
+class VersionConflictAnswer(ErrorAnswer):
+    """409: the aggregate is not at the version the command expected."""
+
+    expected_version: int
+    current_version: int
+
+
+class ServedBy(_Answer):
+    """Which instance answered a lookup, from which copy of the key's partition."""
+
+    instance: str
+    role: Literal["active", "standby"]
+    partition: int
+    lag: int | None = Field(description="records the copy lacks, when known")
+
+
+class LookupAnswer(_Answer):
+    """200 of ``GET /stores/{store}/keys/{key}``: the stored value (any JSON)."""
+
+    key: str
+    value: Any
+    served_by: ServedBy
+
+
+class MissingKeyAnswer(ErrorAnswer):
+    """404 of a lookup of a key the store does not hold (``served_by`` is the owner's copy)."""
+
+    served_by: ServedBy | None = None
+
+
+class BatchAnswer(_Answer):
+    """200 of ``POST /stores/{store}/keys``: the values this instance holds, the keys it does
+    not hold (``missing``), the keys other instances own by their URL (``elsewhere``: send them
+    there) and the keys nobody can answer right now (``unavailable``: retry)."""
+
+    values: dict[str, Any]
+    missing: list[str]
+    elsewhere: dict[str, list[str]]
+    unavailable: list[str]
+
+
+class CommandEvent(_Answer):
+    """One event a command appended: its type, its version and its own fields."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    type: str
+    version: int
+
+
+class Position(_Answer):
+    """Where the command's last event landed in the events topic."""
+
+    partition: int
+    offset: int
+
+
+class CommandAnswer(_Answer):
+    """200 of a command: the events it appended, and where the last one landed."""
+
+    events: list[CommandEvent]
+    position: Position
+
+
+class StoreEntry(_Answer):
+    name: str
+    partitions: int
+    partitioner: Literal["murmur2", "consistent"]
+
+
+class StoresAnswer(_Answer):
+    """``GET /stores``: each store with its partition count and its source's partitioner."""
+
+    stores: list[StoreEntry]
+
+
+class StandbyCopy(_Answer):
+    url: str
+    lag: int | None
+
+
+class PartitionOwners(_Answer):
+    """Who answers for one partition: the active owner's URL (None while nobody owns it) and
+    the instances keeping standby copies, with how many records each lacks."""
+
+    active: str | None
+    standbys: list[StandbyCopy]
+
+
+class OwnersAnswer(PartitionOwners):
+    """``GET /stores/{store}/owners/{key}``: the key's partition and who answers for it."""
+
+    store: str
+    key: str
+    partition: int
+
+
+class Member(_Answer):
+    """A live instance as it describes itself on the cluster topic."""
+
+    id: str
+    url: str
+    epoch: int = 0
+    generation: int = 0
+    leader: str = ""
+    active: dict[str, list[int]] = Field(default_factory=dict)
+    restoring: dict[str, list[int]] = Field(default_factory=dict)
+    standby: dict[str, list[int]] = Field(default_factory=dict)
+    lag: dict[str, int] = Field(default_factory=dict, description='"<store>/<partition>": lag')
+    last_seen_s: float = 0.0
+
+
+class StoreLayout(_Answer):
+    topic: str
+    partitions: int
+    partitioner: Literal["murmur2", "consistent"]
+
+
+class CommandLayout(_Answer):
+    """The events topic commands are appended to (a command goes to its aggregate id's
+    partition's owner)."""
+
+    topic: str
+    partitions: int
+
+
+class ClusterMap(_Answer):
+    """``GET /cluster``: the members, each partition's active and standby URLs, the stores'
+    source topics, and whether the assignment has settled (no partition waiting to move)."""
+
+    generation: int
+    leader: str | None = None
+    settled: bool
+    instances: list[Member]
+    partitions: dict[str, dict[str, PartitionOwners]] = Field(
+        description="topic -> partition number (as a string) -> owners"
+    )
+    stores: dict[str, StoreLayout]
+    commands: CommandLayout | None = None
+
+
+class Readiness(_Answer):
+    """``GET /ready``: 200 when this instance serves everything it owns, caught up; 503 with
+    the ``reason`` when not."""
+
+    ready: bool
+    reason: str | None = None
+    instance: str | None = None
+    lag: dict[str, int] | None = None

@@ -1,0 +1,116 @@
+"""The asynchronous client: :class:`AsyncFoldstreamClient`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from tenacity import AsyncRetrying
+
+from foldstream.api_models import (
+    ClusterMap,
+    CommandAnswer,
+    LookupAnswer,
+    OwnersAnswer,
+    Readiness,
+    StoresAnswer,
+)
+from foldstream.client.flows import Batch, BatchLookup, ClientCore, Flow, Result, Send
+from foldstream.client.policy import give_up, retry_policy
+from foldstream.routing import MAX_HOPS
+
+T = TypeVar("T")
+
+
+class AsyncFoldstreamClient:
+    """:class:`~foldstream.client.FoldstreamClient` for asyncio (an ``httpx.AsyncClient``):
+    the same routing, redirects, retries and errors; a batch lookup asks its owners
+    concurrently."""
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        token: str | None = None,
+        retry_timeout: float = 30.0,
+        timeout: float = 10.0,
+        max_hops: int = MAX_HOPS,
+        route: bool = True,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._core = ClientCore(urls, token=token, max_hops=max_hops, route=route)
+        self.retry_timeout = retry_timeout
+        self._own_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=timeout)
+
+    async def get(self, store: str, key: str, *, max_lag: int | None = None) -> Any:
+        return (await self.lookup(store, key, max_lag=max_lag)).value
+
+    async def lookup(self, store: str, key: str, *, max_lag: int | None = None) -> LookupAnswer:
+        return await self._run(lambda: self._core.lookup(store, key, max_lag))
+
+    async def get_many(self, store: str, keys: Sequence[str]) -> Batch:
+        return await self._run(BatchLookup(self._core, store, keys).attempt)
+
+    async def command(
+        self,
+        aggregate: str,
+        aggregate_id: str,
+        command: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        expected_version: int | None = None,
+    ) -> CommandAnswer:
+        return await self._run(
+            lambda: self._core.command(
+                aggregate, aggregate_id, command, arguments or {}, expected_version
+            )
+        )
+
+    async def cluster(self) -> ClusterMap:
+        return await self._run(lambda: self._core.refresh(force=True))
+
+    async def owners(self, store: str, key: str) -> OwnersAnswer:
+        return await self._run(lambda: self._core.owners(store, key))
+
+    async def stores(self) -> StoresAnswer:
+        return await self._run(self._core.stores)
+
+    async def ready(self, url: str) -> Readiness:
+        return await self._run(lambda: self._core.get("/ready", Readiness, url.rstrip("/")))
+
+    async def aclose(self) -> None:
+        if self._own_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncFoldstreamClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _run(self, flow: Callable[[], Flow[T]]) -> T:
+        with give_up(self.retry_timeout):
+            async for attempt in AsyncRetrying(**retry_policy(self.retry_timeout)):
+                with attempt:
+                    return await self._drive(flow())
+        raise AssertionError("unreachable: tenacity reraises")
+
+    async def _drive(self, flow: Flow[T]) -> T:
+        try:
+            sends = next(flow)
+            while True:
+                results = await asyncio.gather(*(self._send(send) for send in sends))
+                sends = flow.send(list(results))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _send(self, send: Send) -> Result:
+        try:
+            return await self._http.request(
+                send.method, send.url, content=send.content, headers=self._core.headers(send.url)
+            )
+        except httpx.TransportError as exc:
+            return exc

@@ -1,0 +1,304 @@
+"""What the client does, without doing any I/O itself: the sync and async clients drive these.
+
+Each operation is a generator that yields the HTTP requests it wants sent (a list: a batch
+lookup asks several owners at once) and gets back, for each, the response or the transport
+error; it returns the operation's result, raises a typed error (:mod:`.errors`), or raises
+:class:`Retry` when the whole attempt should be made again after a delay (a 503, an instance
+unreachable, keys nobody owned yet). The clients retry with tenacity until their
+``retry_timeout``. One implementation serves both clients, so they behave alike.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+from urllib.parse import quote, urljoin
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from foldstream.api_models import (
+    BatchAnswer,
+    ClusterMap,
+    CommandAnswer,
+    LookupAnswer,
+    OwnersAnswer,
+    Readiness,
+    StoresAnswer,
+)
+from foldstream.client import errors
+from foldstream.client.routing import Router, origin
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+#: Keys per batch request (an instance takes up to 10,000 by default).
+BATCH_CHUNK = 1_000
+#: The longest wait the client accepts from a Retry-After.
+MAX_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Send:
+    """One HTTP request. ``idempotent``: sending it twice does no harm (every read)."""
+
+    method: str
+    url: str
+    content: bytes | None = None
+    idempotent: bool = True
+
+
+Result = httpx.Response | httpx.TransportError
+#: Transport errors raised before a request could leave: a command may be sent again.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+Flow = Generator[list[Send], list[Result], T]
+
+
+class Retry(Exception):
+    """Make the attempt again in ``after`` seconds; ``reason`` says why."""
+
+    def __init__(self, reason: str, after: float = 0.0) -> None:
+        super().__init__(reason)
+        self.after = after
+
+
+def retry_after(response: httpx.Response, default: float = 1.0) -> float:
+    """The delay a ``Retry-After`` header asks for (seconds or an HTTP date), within
+    ``[0, MAX_WAIT_S]``; ``default`` when there is none or it is unreadable."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return default
+    if value.isdigit():
+        return min(float(value), MAX_WAIT_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return default
+    return max(0.0, min(when.timestamp() - time.time(), MAX_WAIT_S))
+
+
+def decoded(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+_ERRORS: dict[int, type[errors.ClientError]] = {
+    400: errors.BadRequest,
+    401: errors.Unauthorized,
+    404: errors.NotFound,
+    409: errors.VersionConflict,
+    413: errors.BadRequest,
+    414: errors.BadRequest,
+    422: errors.Rejected,
+}
+
+
+def answer(response: httpx.Response, model: type[M]) -> M:
+    """The 200 answer as ``model``, or the typed error its status means."""
+    if response.status_code == 200:
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise errors.ClientError(f"unexpected answer: {exc}", 200, decoded(response)) from None
+    body = decoded(response)
+    message = body.get("error", str(body)) if isinstance(body, dict) else str(body)
+    kind = _ERRORS.get(response.status_code, errors.ClientError)
+    if response.status_code == 404 and isinstance(body, dict) and "served_by" in body:
+        kind = errors.KeyNotFound
+    raise kind(f"{response.status_code}: {message}", response.status_code, body)
+
+
+def _path(*segments: str) -> str:
+    return "/" + "/".join(quote(segment, safe="") for segment in segments)
+
+
+class ClientCore:
+    """The client's state (its :class:`Router`) and operations, as flows."""
+
+    def __init__(
+        self, urls: str | Sequence[str], *, token: str | None, max_hops: int, route: bool
+    ) -> None:
+        self.router = Router([urls] if isinstance(urls, str) else list(urls), route=route)
+        self.token = token
+        self.max_hops = max_hops
+
+    def headers(self, url: str) -> dict[str, str]:
+        """Headers for a request to ``url``: the token only to instances the client knows."""
+        headers = {"accept": "application/json"}
+        if self.token is not None and self.router.is_member(url):
+            headers["authorization"] = f"Bearer {self.token}"
+        return headers
+
+    # -- the map -------------------------------------------------------------------------------
+
+    def refresh(self, force: bool = False) -> Flow[ClusterMap]:
+        """Read ``GET /cluster`` from the first instance that answers, if the map is stale."""
+        router = self.router
+        if router.map is not None and not router.stale and not force:
+            return router.map
+        reasons = []
+        for url in router.instances():
+            (result,) = yield [Send("GET", url + "/cluster")]
+            if isinstance(result, httpx.TransportError):
+                router.mark_down(url)
+                reasons.append(f"{url}: {result!r}")
+                continue
+            if result.status_code in (401, 403):
+                answer(result, ClusterMap)  # raises Unauthorized
+            if result.status_code == 200:
+                router.update(answer(result, ClusterMap))
+                assert router.map is not None
+                return router.map
+            reasons.append(f"{url}: {result.status_code}")
+        raise Retry(f"no instance answered GET /cluster: {reasons}", after=0.5)
+
+    # -- one request, redirects followed ------------------------------------------------------
+
+    def exchange(self, send: Send) -> Flow[httpx.Response]:
+        """Send ``send``, following 307s up to the hop limit; :class:`Retry` on a 503 or an
+        unreachable instance (for a command only when nothing can have been appended)."""
+        current = send
+        for _ in range(self.max_hops + 1):
+            (result,) = yield [current]
+            if isinstance(result, httpx.TransportError):
+                self.router.mark_down(current.url)
+                if send.idempotent or isinstance(result, _NOT_SENT):
+                    raise Retry(f"{origin(current.url)} unreachable: {result!r}", after=0.1)
+                raise errors.OutcomeUnknown(
+                    f"the connection to {origin(current.url)} broke after the command was sent "
+                    f"({result!r}): resend it with expected_version to apply it at most once"
+                )
+            if result.status_code == 503:
+                self.router.stale = True
+                body = decoded(result)
+                if not send.idempotent and not (isinstance(body, dict) and "partition" in body):
+                    raise errors.OutcomeUnknown(f"503: {body}", 503, body)  # see Retry-After
+                raise Retry(f"{origin(current.url)} answered 503: {body}", retry_after(result))
+            if result.status_code != 307:
+                return result
+            self.router.stale = True
+            target = urljoin(current.url, result.headers.get("location", ""))
+            if not self.router.is_member(target):
+                yield from self.refresh(force=True)
+                if not self.router.is_member(target):
+                    raise errors.TooManyRedirects(f"redirected to {target}: not a member", 307)
+            current = replace(current, url=target)
+        raise errors.TooManyRedirects(f"more than {self.max_hops} redirects from {send.url}", 307)
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def lookup(self, store: str, key: str, max_lag: int | None) -> Flow[LookupAnswer]:
+        yield from self.refresh()
+        base = self.router.store_owner(store, key) or self.router.any_instance()
+        query = "" if max_lag is None else f"?max_lag={int(max_lag)}"
+        response = yield from self.exchange(
+            Send("GET", base + _path("stores", store, "keys", key) + query)
+        )
+        return answer(response, LookupAnswer)
+
+    def command(
+        self,
+        aggregate: str,
+        aggregate_id: str,
+        command: str,
+        arguments: dict[str, Any],
+        expected_version: int | None,
+    ) -> Flow[CommandAnswer]:
+        yield from self.refresh()
+        base = self.router.command_owner(aggregate_id) or self.router.any_instance()
+        query = "" if expected_version is None else f"?expected_version={int(expected_version)}"
+        path = _path("commands", aggregate, aggregate_id, command) + query
+        body = json.dumps(arguments).encode()
+        response = yield from self.exchange(Send("POST", base + path, body, idempotent=False))
+        return answer(response, CommandAnswer)
+
+    def get(self, path: str, model: type[M], url: str | None = None) -> Flow[M]:
+        """``GET path`` on ``url`` (default: any instance), as ``model``."""
+        yield from self.refresh()
+        response = yield from self.exchange(Send("GET", (url or self.router.any_instance()) + path))
+        if model is Readiness and response.status_code == 503:
+            return model.model_validate_json(response.content)
+        return answer(response, model)
+
+    def owners(self, store: str, key: str) -> Flow[OwnersAnswer]:
+        return self.get(_path("stores", store, "owners", key), OwnersAnswer)
+
+    def stores(self) -> Flow[StoresAnswer]:
+        return self.get("/stores", StoresAnswer)
+
+
+@dataclass
+class Batch:
+    """What a batch lookup found: ``values`` by key, and the ``missing`` keys."""
+
+    values: dict[str, Any]
+    missing: list[str]
+
+
+class BatchLookup:
+    """A batch lookup across owners, kept across attempts: each attempt asks the owners of the
+    keys still pending, at once, and keeps what they answered."""
+
+    def __init__(self, core: ClientCore, store: str, keys: Sequence[str]) -> None:
+        self.core = core
+        self.store = store
+        self.pending = dict.fromkeys(keys)
+        self.found = Batch({}, [])
+        self.hints: dict[str, str] = {}  # key -> the owner an instance named ("elsewhere")
+
+    def _requests(self) -> list[tuple[Send, list[str]]]:
+        router = self.core.router
+        groups: dict[str, list[str]] = {}
+        fallback = router.any_instance()
+        for key in self.pending:
+            owner = self.hints.get(key) or router.store_owner(self.store, key) or fallback
+            groups.setdefault(owner, []).append(key)
+        path = _path("stores", self.store, "keys")
+        requests = []
+        for base, keys in groups.items():
+            for start in range(0, len(keys), BATCH_CHUNK):
+                chunk = keys[start : start + BATCH_CHUNK]
+                requests.append((Send("POST", base + path, json.dumps(chunk).encode()), chunk))
+        return requests
+
+    def attempt(self) -> Flow[Batch]:
+        yield from self.core.refresh()
+        requests = self._requests()
+        results = yield [send for send, _ in requests]
+        delay = 0.0
+        for (send, keys), result in zip(requests, results, strict=True):
+            if isinstance(result, httpx.TransportError):
+                self.core.router.mark_down(send.url)
+                self._forget_hints(keys)
+                delay = max(delay, 0.1)
+            elif result.status_code == 503:
+                self.core.router.stale = True
+                delay = max(delay, retry_after(result))
+            else:
+                delay = max(delay, self._take(answer(result, BatchAnswer), keys))
+        if self.pending:
+            raise Retry(f"{len(self.pending)} keys not answered yet", after=delay)
+        return self.found
+
+    def _take(self, batch: BatchAnswer, asked: list[str]) -> float:
+        self.found.values.update(batch.values)
+        self.found.missing += batch.missing
+        for key in [*batch.values, *batch.missing]:
+            self.pending.pop(key, None)
+        for url, keys in batch.elsewhere.items():
+            self.core.router.stale = True
+            self.hints.update(dict.fromkeys(keys, url.rstrip("/")))
+        if batch.unavailable:
+            self.core.router.stale = True
+            self._forget_hints(batch.unavailable)
+            return 1.0
+        return 0.0
+
+    def _forget_hints(self, keys: list[str]) -> None:
+        for key in keys:
+            self.hints.pop(key, None)

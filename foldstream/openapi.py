@@ -1,0 +1,251 @@
+"""``GET /openapi.json``: the OpenAPI 3.1 description of a service's HTTP API, built from it.
+
+Each command of each aggregate is a path of its own (``POST /commands/product/{id}/sell``) whose
+request body is the JSON schema of the command's arguments, the one that validates them
+(:mod:`foldstream.commands.arguments`); each store has its lookup, batch and owners paths; the
+answers' schemas are those of :mod:`foldstream.api_models`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
+
+from foldstream import api_models as models
+from foldstream.commands.arguments import CommandArguments
+from foldstream.http_input import InputLimits
+
+REF = "#/components/schemas/{model}"
+ANSWER_MODELS: tuple[type[BaseModel], ...] = (
+    models.ErrorAnswer,
+    models.VersionConflictAnswer,
+    models.LookupAnswer,
+    models.MissingKeyAnswer,
+    models.BatchAnswer,
+    models.CommandAnswer,
+    models.StoresAnswer,
+    models.OwnersAnswer,
+    models.ClusterMap,
+    models.Readiness,
+)
+_RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
+_LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the owner's URL"}}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": REF.format(model=name)}
+
+
+def _json(schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+    content = {"application/json": {"schema": schema}}
+    return {"description": description, "content": content, **extra}
+
+
+def _error(description: str, **extra: Any) -> dict[str, Any]:
+    return _json(_ref("ErrorAnswer"), description, **extra)
+
+
+_REDIRECT = {"description": "another instance answers: same request there", "headers": _LOCATION}
+_UNAVAILABLE = _error("nobody can answer right now (rebalancing, restoring)", headers=_RETRY_AFTER)
+
+
+def openapi_document(
+    *,
+    title: str,
+    version: str,
+    commands: Mapping[str, Mapping[str, CommandArguments]],
+    stores: Sequence[str],
+    limits: InputLimits,
+    commands_secured: bool,
+    queries_secured: bool,
+) -> dict[str, Any]:
+    """The OpenAPI document of a service named ``title``: its ``commands`` (``{aggregate:
+    {command: arguments}}``) and ``stores``. ``*_secured``: whether those paths need a bearer
+    token (:mod:`foldstream.auth`)."""
+    inputs: list[tuple[str, JsonSchemaMode, TypeAdapter[Any]]]
+    inputs = [(m.__name__, "serialization", TypeAdapter(m)) for m in ANSWER_MODELS]
+    _, definitions = TypeAdapter.json_schemas(inputs, ref_template=REF)
+    components = dict(definitions.get("$defs", {}))
+    for by_name in commands.values():
+        for spec in by_name.values():
+            schema = spec.adapter.json_schema(ref_template=REF)
+            components.update(schema.pop("$defs", {}))  # the types its arguments use
+            components[_schema_name(spec)] = schema
+    paths: dict[str, Any] = {}
+    bearer: list[Any] = [{"bearer": []}]
+    command_security = bearer if commands_secured else None
+    query_security = bearer if queries_secured else None
+    for by_name in commands.values():
+        for spec in by_name.values():
+            paths[_command_path(spec)] = {"post": _command_operation(spec, command_security)}
+    for store in stores:
+        paths.update(_store_paths(store, limits, query_security))
+    paths.update(_instance_paths(query_security))
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": title,
+            "version": version,
+            "description": "Commands append events to Kafka; stores answer lookups. A request "
+            "reaching an instance that does not own the key's partition is redirected (307) to "
+            "the owner; 503 with Retry-After while nobody can answer.",
+        },
+        "paths": paths,
+        "components": {"schemas": components},
+    }
+    if commands_secured or queries_secured:
+        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return document
+
+
+def _schema_name(spec: CommandArguments) -> str:
+    return f"{spec.aggregate}.{spec.command}.arguments"
+
+
+def _command_path(spec: CommandArguments) -> str:
+    return f"/commands/{spec.aggregate}/{{id}}/{spec.command}"
+
+
+def _command_operation(spec: CommandArguments, security: list[Any] | None) -> dict[str, Any]:
+    required = bool(spec.json_schema().get("required"))
+    # Docstrings are reStructuredText; OpenAPI renders Markdown: ``code`` becomes `code`.
+    summary, _, details = spec.doc.replace("``", "`").partition("\n\n")
+    operation: dict[str, Any] = {
+        "operationId": f"{spec.aggregate}.{spec.command}",
+        "tags": [f"commands: {spec.aggregate}"],
+        "summary": summary.replace("\n", " ") or f"{spec.command} on a {spec.aggregate}",
+        "description": details,
+        "parameters": [
+            {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+            {
+                "name": "expected_version",
+                "in": "query",
+                "description": "run only if the aggregate is at this version (0: no events)",
+                "schema": {"type": "integer", "minimum": 0},
+            },
+            {
+                "name": "If-Match",
+                "in": "header",
+                "description": "the expected version, as a header",
+                "schema": {"type": "string"},
+            },
+        ],
+        "requestBody": {
+            "required": required,
+            "content": {"application/json": {"schema": _ref(_schema_name(spec))}},
+        },
+        "responses": {
+            "200": _json(_ref("CommandAnswer"), "appended: the events and where they landed"),
+            "307": _REDIRECT,
+            "400": _error("malformed JSON, arguments not matching, bad expected_version"),
+            "404": _error("unknown aggregate or command"),
+            "409": _json(_ref("VersionConflictAnswer"), "not at expected_version"),
+            "413": _error("body or event too large"),
+            "422": _error("the command broke a domain rule"),
+            "503": _error(
+                "not the owner yet, or Kafka failed (the body says whether the outcome is "
+                "unknown: resend with expected_version)",
+                headers=_RETRY_AFTER,
+            ),
+        },
+    }
+    if security is not None:
+        operation["security"] = security
+        operation["responses"]["401"] = _error("credentials missing or refused")
+    return operation
+
+
+def _store_paths(store: str, limits: InputLimits, security: list[Any] | None) -> dict[str, Any]:
+    key = {
+        "name": "key",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "maxLength": limits.max_key_bytes},
+    }
+    max_lag = {
+        "name": "max_lag",
+        "in": "query",
+        "description": "a standby copy at most this many records behind may answer",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+    tag = [f"store: {store}"]
+    lookup = {
+        "operationId": f"{store}.lookup",
+        "tags": tag,
+        "summary": f"The value of a key in {store}",
+        "parameters": [key, max_lag],
+        "responses": {
+            "200": _json(_ref("LookupAnswer"), "the value and who served it"),
+            "307": _REDIRECT,
+            "400": _error("bad key or parameter"),
+            "404": _json(_ref("MissingKeyAnswer"), "no such key (or store)"),
+            "414": _error("URL too long"),
+            "503": _UNAVAILABLE,
+        },
+    }
+    keys = {"type": "array", "items": {"type": "string"}, "maxItems": limits.max_batch_keys}
+    batch = {
+        "operationId": f"{store}.batch",
+        "tags": tag,
+        "summary": f"The values of many keys in {store}",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": keys}}},
+        "responses": {
+            "200": _json(_ref("BatchAnswer"), "values here; keys owned elsewhere by owner URL"),
+            "400": _error("not a JSON list of keys"),
+            "404": _error("no such store"),
+            "413": _error("body too large"),
+        },
+    }
+    owners = {
+        "operationId": f"{store}.owners",
+        "tags": tag,
+        "summary": f"Which instances answer for a key of {store}",
+        "parameters": [key],
+        "responses": {"200": _json(_ref("OwnersAnswer"), "the partition and its copies")},
+    }
+    for operation in (lookup, batch, owners):
+        if security is not None:
+            operation["security"] = security
+    return {
+        f"/stores/{store}/keys/{{key}}": {"get": lookup},
+        f"/stores/{store}/keys": {"post": batch},
+        f"/stores/{store}/owners/{{key}}": {"get": owners},
+    }
+
+
+def _instance_paths(security: list[Any] | None) -> dict[str, Any]:
+    def get(name: str, summary: str, answer: dict[str, Any], open_: bool = False) -> Any:
+        operation: dict[str, Any] = {"operationId": name, "tags": ["instance"], "summary": summary}
+        operation["responses"] = answer
+        if security is not None and not open_:
+            operation["security"] = security
+        return {"get": operation}
+
+    text = {"content": {"text/plain": {"schema": {"type": "string"}}}}
+    return {
+        "/stores": get("stores", "The stores", {"200": _json(_ref("StoresAnswer"), "stores")}),
+        "/cluster": get(
+            "cluster",
+            "The cluster map: members, owners and standbys of every partition",
+            {"200": _json(_ref("ClusterMap"), "the map")},
+        ),
+        "/health": get("health", "Alive", {"200": _json({"type": "object"}, "alive")}, open_=True),
+        "/ready": get(
+            "ready",
+            "Serving everything it owns, caught up",
+            {
+                "200": _json(_ref("Readiness"), "ready"),
+                "503": _json(_ref("Readiness"), "not ready, and why"),
+            },
+            open_=True,
+        ),
+        "/metrics": get(
+            "metrics",
+            "Prometheus metrics",
+            {"200": {"description": "Prometheus' text format", **text}},
+            open_=True,
+        ),
+    }
