@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench lint format clean
+.PHONY: venv demo test bench lint docs format clean
 
 venv:
 	@./scripts/ensure-venv.sh
@@ -22,9 +22,12 @@ lint: venv
 	$(VENV)/bin/mypy
 	./scripts/check-imports.sh
 
+docs: venv
+	./scripts/build-docs.sh
+
 format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .foldstream .pytest_cache *.egg-info
+	rm -rf $(VENV) .foldstream .pytest_cache *.egg-info site build

@@ -6,7 +6,7 @@ Stored values are JSON, so the query API can answer with the stored bytes as the
 fold, the decoding or the encoding raised, a few times): ``"dead-letter"`` (the default) sends
 it to the store's dead-letter topic ``<service>.<store>.dlq`` and moves on, ``"skip"`` counts,
 logs and moves on, ``"stop"`` stops folding that partition (``GET /ready`` names it) until the
-instance restarts. See ``docs/poison-records.md``.
+instance restarts. See ``docs/operations/poison-records.md``.
 """
 
 from __future__ import annotations

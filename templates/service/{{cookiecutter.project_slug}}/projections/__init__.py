@@ -20,5 +20,5 @@ def fold_stock(state: dict[str, Any] | None, event: Any) -> dict[str, Any] | Non
 
 
 # A record a fold cannot handle goes to <service>.stock.dlq and the store moves on ("skip" and
-# "stop" are the other policies): see foldstream's docs/poison-records.md.
+# "stop" are the other policies): see foldstream's docs/operations/poison-records.md.
 PROJECTIONS: list[Projection] = [EventProjection("stock", fold_stock, on_error="dead-letter")]
