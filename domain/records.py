@@ -53,7 +53,8 @@ HEADER_TIMESTAMP = "timestamp"
 class EventRecord(NamedTuple):
     """A Kafka record: key, value (None for a tombstone) and headers.
 
-    A named tuple: projections build one per record, and a frozen dataclass costs ~8× more.
+    A named tuple: projections build one per record, and a frozen dataclass costs several
+    times more to build.
     """
 
     key: bytes | None  # None when its producer sent none (never for foldstream's events)

@@ -2,9 +2,8 @@
 stack and route list.
 
 Those layers (server-error and exception middleware, the router trying each route in turn) run
-for every command and batch lookup although these endpoints handle their own errors: about
-20 µs a request (in-process, a trivial endpoint: 38 µs through Starlette, 18 µs direct), a few
-percent of a command's or a 100-key batch's CPU. The
+for every command and batch lookup although these endpoints handle their own errors: a few
+percent of a command's or a 100-key batch's CPU (docs/decisions.md, "Lookup fast paths"). The
 endpoints stay the app's own Starlette endpoints and answer exactly as they do through the app;
 any other request, or a method the route does not allow, goes to the app.
 """

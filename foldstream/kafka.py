@@ -125,7 +125,7 @@ def read_partitions_to_end(
     if any(starts.values()):
         config["auto.offset.reset"] = "error"
     consumer = Consumer(config)
-    # Offset 0 rather than OFFSET_BEGINNING: resolving that cost 0.5 s per read on Tansu.
+    # Offset 0 rather than OFFSET_BEGINNING: Tansu took a long time to resolve that on every read.
     consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
     at_end: set[int] = set()
     try:

@@ -9,8 +9,8 @@ import os
 log = logging.getLogger(__name__)
 
 #: glibc's default is 8 per core. Each arena keeps the memory its threads once held, and an
-#: instance runs ~50 threads (librdkafka, RocksDB, the store host's connections): measured on a
-#: 1M-key instance, its API process peaked at 849 MB RSS with the default and 356 MB with 2.
+#: instance runs dozens of threads (librdkafka, RocksDB, the store host's connections): with the
+#: default, its API process held several times the memory (docs/decisions.md, "Memory").
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # <malloc.h>
 

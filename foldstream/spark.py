@@ -20,12 +20,10 @@ if TYPE_CHECKING:
 
 MIN_JAVA = 17
 # C1 only and the serial collector: a projection's JVM mostly plans micro-batches and runs their
-# tasks; C2 compiler and parallel GC threads cost more CPU (≈30% of the JVM's share of a
-# 600k-event rebuild, measured when the JVM also moved every record as Arrow buffers) and memory
-# than they return on 2 cores. A small initial heap: the
-# default is 1/64 of the machine's memory (384 MB of 24 GiB), and the young generation sized from
-# it is all touched, while the heap a projection needs is a third of that (1M-key rebuild: the
-# JVM's peak RSS fell from 441 to 362 MB, at the same rebuild time).
+# tasks; C2 and parallel GC threads cost more CPU and memory than they return on few cores. A
+# small initial heap: the default is 1/64 of the machine's memory, and the young generation
+# sized from it is all touched, while a projection needs a fraction of it. The measurements are
+# in docs/decisions.md ("The Spark session").
 JVM_OPTIONS = "-Dlog4j.rootLogger=WARN -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms64m"
 # Hadoop's default local checkpoint manager forks a process per rename: tens of ms per batch.
 FAST_CHECKPOINTS = (
@@ -150,9 +148,9 @@ def spark_session(
     from foldstream.projections.datasources import FoldSource
     from foldstream.projections.worker import pandas_hidden
 
-    # py4j's argument converters import pyspark.testing.utils, which imports pandas (45 MB and
-    # 0.25 s of CPU in the instance's process) only to tell pyspark's own tests whether it is
-    # there; nothing here uses it.
+    # py4j's argument converters import pyspark.testing.utils, which imports pandas (memory and
+    # CPU of the instance's process) only to tell pyspark's own tests whether it is there;
+    # nothing here uses it.
     with pandas_hidden():
         import pyspark.testing.utils  # noqa: F401
 
@@ -166,9 +164,8 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         # Spark's status store keeps every micro-batch's SQL execution, jobs, stages and tasks
         # (up to 1,000 / 1,000 / 1,000 / 100,000 by default) even without the UI: at several
-        # micro-batches a second that is heap an instance holds for nothing (an inventory
-        # instance's live heap after 3 min of commands: 61.7 MB by default, 55.9 MB with these;
-        # by default it grows until the limits, with 100k tasks after hours).
+        # micro-batches a second that is heap an instance holds for nothing, growing until the
+        # limits (docs/decisions.md, "The Spark session").
         .config("spark.ui.retainedJobs", "50")
         .config("spark.ui.retainedStages", "50")
         .config("spark.ui.retainedTasks", "500")

@@ -42,9 +42,8 @@ def records_of_planned(planned: Planned) -> dict[int, Records]:
 #: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's: by this many
 #: records per partition the task reads (a partition's records wait until they fill a chunk or
 #: the task's input ends). Each chunk sends one changelog record per key it changed: larger
-#: chunks send fewer (a 2M-event rebuild over 100k keys, `make bench`, measured when a Python
-#: sink still folded what the reader yielded: 41.1k and 41.6k events per CPU-second at 50k,
-#: 37.7k at 20k).
+#: chunks send fewer, and a rebuild folds more events per CPU-second (docs/decisions.md,
+#: "Folding in the reader").
 FOLD_CHUNK_RECORDS = 50_000
 
 

@@ -2,8 +2,8 @@
 imports loaded before it forks them.
 
 Spark forks each Python worker from a daemon that has imported little. Each task worker then
-imports pyarrow, confluent-kafka and the projection modules on its own: about 20 MB of private
-memory per worker, and an instance runs one per core (each task reads and folds in one).
+imports pyarrow, confluent-kafka and the projection modules on its own: private memory in every
+worker, and an instance runs one per core (each task reads and folds in one).
 Imported here, those pages are shared by all the forked workers. Daemons of Spark's other
 Python workers (data source planning) are left as they are: they import none of it.
 

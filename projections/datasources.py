@@ -2,8 +2,8 @@
 
 Spark plans a streaming query in Python workers of its own, which import the module of the
 class they unpickle and are kept for reuse. This module does not import pyarrow (nor numpy,
-which pyarrow imports), so a worker that only creates a source stays at about 40 MB instead of
-80 MB; the reading (:mod:`~foldstream.projections.source`) and folding
+which pyarrow imports), so a worker that only creates a source stays at half the memory; the
+reading (:mod:`~foldstream.projections.source`) and folding
 (:mod:`~foldstream.projections.fold`) code is imported by the workers that run it.
 """
 

@@ -144,10 +144,9 @@ class ProjectionRunner:
         starting the next query.
 
         Spark plans a query's Python source in Python workers that it keeps for reuse, one per
-        planning step in progress: queries started together each get their own (40-50 MB
-        apiece, idle once the queries run), queries started one after another share them.
-        Measured on a 1M-key instance (then with a Python sink, four kinds of planning
-        workers): peak PSS 1.59 -> 1.46 GB, same ready time.
+        planning step in progress: queries started together each get their own (idle once the
+        queries run), queries started one after another share them, at the same ready time
+        (docs/decisions.md, "The Spark session").
         """
         deadline = time.monotonic() + self.start_timeout_s
         while query.lastProgress is None and query.isActive and time.monotonic() < deadline:

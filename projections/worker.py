@@ -49,9 +49,9 @@ def after_task(records: int) -> None:
     """Return the heap a large task left free to the system (glibc's ``malloc_trim``).
 
     Workers are reused for every micro-batch. After a task of a large micro-batch (a rebuild,
-    a restore's catch-up) glibc keeps tens of MB of freed heap in each of them (about 30 MB
-    after reading 250k records): memory the instance holds for nothing until the next large
-    task. Trimming costs 0.5-2 ms, so small tasks skip it.
+    a restore's catch-up) glibc keeps tens of MB of freed heap in each of them: memory the
+    instance holds for nothing until the next large task. Trimming costs milliseconds, so small
+    tasks skip it (docs/decisions.md, "Memory").
     """
     if _trim is not None and records >= LARGE_TASK_RECORDS:
         _trim(0)
@@ -74,9 +74,9 @@ def arrow_without_pandas() -> None:
     already imported.
 
     The first time pyarrow converts a Python list, it imports pandas to learn whether the list
-    is a pandas object: 45 MB of memory and 0.25 s of CPU in every Spark worker that builds an
-    Arrow batch, for lists that never are. pyarrow still imports pandas when asked for it
-    (``to_pandas``), so code that uses pandas is unaffected.
+    is a pandas object: tens of MB of memory and a quarter of a second of CPU in every Spark
+    worker that builds an Arrow batch, for lists that never are. pyarrow still imports pandas
+    when asked for it (``to_pandas``), so code that uses pandas is unaffected.
     """
     global _pandas_settled
     if _pandas_settled or "pandas" in sys.modules:

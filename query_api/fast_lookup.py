@@ -1,8 +1,8 @@
 """The hot path of the query side: ``GET /stores/{store}/keys/{key}`` answered before
 Starlette's middleware and routing.
 
-Those layers cost about a third of a lookup's CPU (measured on uvicorn: a bare ASGI lookup
-served ~1.5x the lookups per CPU-second of the same lookup as a Starlette route). The answer is
+Those layers cost about a third of a lookup's CPU (docs/decisions.md, "Lookup fast paths").
+The answer is
 :class:`~foldstream.query_api.answers.LookupAnswers`' (the route's own): every status, the
 same bytes. Every other request goes on to the app, and so does every request while the fast
 path is off (``enabled=False``: the instance requires credentials for queries, which the app's

@@ -6,12 +6,8 @@ For each request uvicorn builds a request-response cycle (an ``asyncio.Event`` a
 starts a task to run the app, checks every response header and writes the head and the body
 in two writes. Next to a lookup that costs little (a RocksDB get), that was a third of its CPU
 and most of a redirect's. Answered here, the same bytes go out in one write, from the parser
-callback. Measured with wrk on foldstream's query routes over 100k keys: 97–102 µs of server CPU
-per lookup through uvicorn's cycle, 68–76 µs here (16 connections); 131–148 µs against 74–84 µs
-with 2 connections, where every request wakes the server on its own.
-
-Batch lookups save the same per request: a 1-key batch on an instance serving 1M keys cost
-90–97 µs of the instance's CPU answered here, 130–135 µs through the cycle (separate runs).
+callback, for about two thirds of the CPU, and batch lookups save the same per request
+(docs/decisions.md, "Lookup fast paths").
 
 Only the requests :meth:`FastLookups.answer` and :meth:`FastLookups.answer_batch` answer take
 this path (a batch only with a ``content-length`` of at most :data:`MAX_BATCH_BODY` and the

@@ -47,11 +47,10 @@ def store_options() -> Options:
     # memtables (the default is 64 MB each) so that many partitions fit an instance's budget.
     options.set_write_buffer_size(WRITE_BUFFER_BYTES)
     # Stores are only ever read by point lookups, never iterated. PlainTable (memory-mapped
-    # files, a hash index over whole keys) answered random multi-gets over 1M keys in 0.96 us
-    # per key, where block-based tables took 2.4-2.7 us with or without bloom filters, hashed
-    # data-block indexes, bigger caches or full compaction. Its cost: files are uncompressed
-    # (about 3x the disk) and carry no block checksums; the changelog is the copy of record.
-    # The index is stored in the file, or every open would rebuild it by scanning (~20 ms).
+    # files, a hash index over whole keys) answers random multi-gets several times faster than
+    # block-based tables however they are tuned (docs/decisions.md, "PlainTable for point
+    # stores"). Its cost: files are uncompressed and carry no block checksums; the changelog is
+    # the copy of record. The index is stored in the file, or every open would rebuild it.
     table = PlainTableFactoryOptions()
     table.store_index_in_file = True  # type: ignore[attr-defined]  # missing from the stubs
     options.set_plain_table_factory(table)

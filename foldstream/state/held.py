@@ -143,9 +143,9 @@ class HeldPartition(PartitionReader):
 
         A partition written in bulk (a rebuild, a restore, a load) and then only read keeps up
         to a memtable's worth of values in a skiplist, which every lookup searches before the
-        table files: a 100-key multi-get on a store just loaded with 1M keys took 184 µs, and
-        127 µs once flushed. Partitions still being written are left alone: flushing them
-        would only make small table files.
+        table files, noticeably slower than the files' hash index (docs/decisions.md,
+        "PlainTable for point stores"). Partitions still being written are left alone: flushing
+        them would only make small table files.
         """
         written_at = self._written_at
         if written_at is None or time.monotonic() - written_at < idle_s:

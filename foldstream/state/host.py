@@ -2,8 +2,9 @@
 owns them, and serves them to the projection's Spark workers over a local connection.
 
 Spark runs the fold in Python workers that alternate between micro-batches, so a worker could
-not keep a partition open: opening and flush-closing it cost about 10 ms of CPU per partition
-and batch (17 fsyncs), and every commit made the query API reopen its snapshot. Now the fold
+not keep a partition open: opening and flush-closing it cost CPU and fsyncs per partition and
+batch, and every commit made the query API reopen its snapshot (docs/decisions.md, "The store
+host"). Now the fold
 (in whichever worker) asks the host for the values a batch folds in one round trip and sends
 the changes back in another; the host writes them with the source offset in one WriteBatch, as
 the worker did, and lookups read the same open partition. The connection is
