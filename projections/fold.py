@@ -40,6 +40,7 @@ from foldstream.changelog import (
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import produce_when_room, producer_config
+from foldstream.projections.ordered import OrderedStore
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import Planned
 from foldstream.projections.task_steps import TaskSteps
@@ -108,7 +109,10 @@ def records_of_planned(planned: Planned) -> dict[int, Records]:
     ``{partition: records}``."""
     return {
         partition: [
-            (r.offset, EventRecord(r.key, r.value, tuple(r.headers) if r.headers else ()))
+            (
+                r.offset,
+                EventRecord(r.key, r.value, tuple(r.headers) if r.headers else (), r.timestamp),
+            )
             for r in kept
         ]
         for partition, kept in planned
@@ -177,6 +181,7 @@ class Folded(NamedTuple):
     changelog: ChangelogTarget | None
     landed: list[int]  # changelog offsets, filled in by delivery reports
     errors: list[str]
+    late: int = 0  # records a windowed store dropped as late
 
 
 def fold_partition(
@@ -208,6 +213,9 @@ def fold_and_send(
         fresh = records[bisect.bisect_right(records, applied_offset, key=_offset) :]
     if not fresh:
         return None
+    if isinstance(projection, OrderedStore):
+        chunk = projection.fold_chunk(writer, fresh)
+        return send_changes(writer, fresh, chunk.changed, changelog, applied_offset, chunk.late)
     changed: dict[bytes, bytes | None] = {}
     apply, get = projection.apply, writer.get
     for _, record in fresh:
@@ -217,10 +225,25 @@ def fold_and_send(
         else:
             writer.put(record.key, new_value)
         changed[record.key] = new_value
-    last_offset = fresh[-1][0]
-    folded = Folded(writer, len(fresh), last_offset, changelog, [], [])
+    return send_changes(writer, fresh, changed, changelog, applied_offset)
+
+
+def send_changes(
+    writer: PartitionWriter,
+    fresh: Records,
+    changed: dict[bytes, bytes | None],
+    changelog: ChangelogTarget | None,
+    applied_offset: int | None,
+    late: int = 0,
+) -> Folded:
+    """Queue the ``changed`` values (None: deleted) that folding ``fresh`` into ``writer``
+    left for the changelog, as one batch; the :class:`Folded` to commit once they land."""
+    if not changed:
+        changelog = None  # nothing to copy: the batch moves the stored source offset only
+    folded = Folded(writer, len(fresh), fresh[-1][0], changelog, [], [], late)
     if changelog is None:
         return folded
+    last_offset = folded.last_offset
     producer, topic, partition, epoch, source_id = changelog
     headers = [
         (SOURCE_OFFSET_HEADER, str(last_offset).encode()),
@@ -325,8 +348,10 @@ def fold_task(
     pending: dict[int, Folded] = {}
 
     steps = TaskSteps()
+    late = 0
 
     def settle() -> None:
+        nonlocal late
         with steps.step("changelog"):
             await_changelog(pending.values())
         for partition, folded in pending.items():
@@ -337,6 +362,7 @@ def fold_task(
                 moved.add(partition)  # see below
                 continue
             applied[partition] = (applied.get(partition, (0, offset))[0] + count, offset)
+            late += folded.late
         pending.clear()
 
     handled = 0
@@ -356,7 +382,7 @@ def fold_task(
                 settle()
             try:
                 with steps.step("read"):
-                    keys = list(dict.fromkeys(record.key for _, record in records))
+                    keys = projection.read_keys(records)
                     writer = RemotePartition(host, authkey, store, partition, keys)
                 changelog = (
                     ChangelogTarget(
@@ -377,6 +403,8 @@ def fold_task(
         settle()
     try:
         call_host(host, authkey, ("task", store, None, steps.seconds, handled))
+        if late:
+            call_host(host, authkey, ("late", store, None, late))
     except Exception:  # noqa: BLE001 - the batch is committed: only a metric is lost
         log.warning("could not report the task's steps to the store host", exc_info=True)
     after_task(handled)

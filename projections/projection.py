@@ -7,25 +7,44 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from foldstream.domain.records import EventCodec, EventRecord
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import PARTITIONERS, Partitioner
+from foldstream.state.format import TABLE_FORMAT
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 Fold = Callable[[Any, Any], Any]
 """``(state | None, event) -> state | None``; returning None deletes the key."""
 
+StoreKind = Literal["point", "ordered", "windowed"]
+
 
 class Projection(ABC):
-    """A store kept up to date from one topic, partition by partition."""
+    """A store kept up to date from one topic, partition by partition.
+
+    :attr:`kind` says what the store answers: ``point`` lookups by key (this class), or ranges
+    of an ``ordered`` store's entries and the windows of a ``windowed`` one
+    (:mod:`~foldstream.projections.ordered`, :mod:`~foldstream.projections.windows`).
+    """
 
     store: str
     partitioner: Partitioner
+    kind: ClassVar[StoreKind] = "point"
+
+    @property
+    def table_format(self) -> str:
+        """The on-disk format of the store's partitions (:mod:`foldstream.state.format`)."""
+        return TABLE_FORMAT
+
+    def read_keys(self, records: Sequence[tuple[int, EventRecord]]) -> list[bytes]:
+        """The stored keys a chunk of ``(offset, record)`` folds from, read in one round trip
+        before it is folded (others are read one by one)."""
+        return list(dict.fromkeys(record.key for _, record in records))
 
     @abstractmethod
     def source_topic(self, events_topic: str) -> str:
