@@ -76,6 +76,9 @@ class Instance:
             command_counts=lambda: self.handler.counts() if self.handler else None,
             cluster=lambda: self.node.figures() if self.node else None,
         )
+        for projection in service.projections:
+            if projection.kind == "windowed":  # its late records counted from 0, not absent
+                self.metrics.late_records.labels(projection.store)
         limits = settings.limits
         app = Starlette(
             routes=[
@@ -151,6 +154,7 @@ class Instance:
         self._prepared = None  # a later start checks again
         events = settings.events_topic
         stores = store_layouts(self.service, settings)
+        formats = {p.store: p.table_format for p in self.service.projections}
         async with contextlib.AsyncExitStack() as stack:
             handler = commands = None
             if self.service.aggregates:
@@ -182,6 +186,8 @@ class Instance:
                 state_dir=settings.state_dir,
                 host=settings.store_host,
                 on_task=self.metrics.observe_task,
+                on_late=self.metrics.observe_late,
+                formats=formats,
             )
             host.start()
             stack.callback(host.stop)
@@ -213,12 +219,16 @@ class Instance:
                 fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
             )
             stack.callback(replicas.close)
-            local = LocalStores(settings.state_dir, host=host, standby_read=replicas.get)
+            local = LocalStores(
+                settings.state_dir,
+                host=host,
+                standby_read=replicas.get,
+                standby_scan=replicas.scan,
+                formats=formats,
+            )
             stack.callback(local.close)
             store_info = {
-                p.store: StoreInfo(
-                    p.source_topic(events), layout[p.source_topic(events)], p.partitioner
-                )
+                p.store: StoreInfo.of(p, p.source_topic(events), layout[p.source_topic(events)])
                 for p in self.service.projections
             }
             readers = StoreReaders(store_info, local)

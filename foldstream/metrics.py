@@ -13,6 +13,9 @@ application imports can add to or clash with what an instance serves. What it ho
   them through the store host;
 - ``foldstream_projection_records_total{store}``: records the projection's completed tasks
   handled, as they report them (Spark's ``numInputRows`` counts the partitions they advanced);
+- ``foldstream_projection_late_records_total{store}``: records a windowed store dropped because
+  every window they fall into had closed (:mod:`~foldstream.projections.windows`), as its
+  completed tasks report them;
 - ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
   transactions of the command side and the commands they carried (group commit: their ratio
   is the commands per transaction);
@@ -145,6 +148,13 @@ class InstanceMetrics:
             ["store"],
             registry=self.registry,
         )
+        self.late_records = Counter(
+            "foldstream_projection_late_records",
+            "Records a windowed store dropped because every window they fall into had closed "
+            "(end + grace at or before the partition's stream time)",
+            ["store"],
+            registry=self.registry,
+        )
         self.registry.register(_CommandCounts(command_counts))
         self.registry.register(_ClusterFigures(cluster))
 
@@ -164,6 +174,10 @@ class InstanceMetrics:
         for step, spent in seconds.items():
             self.task_seconds.labels(store, step).observe(spent)
         self.records.labels(store).inc(records)
+
+    def observe_late(self, store: str, records: int) -> None:
+        """Record ``records`` a windowed store's task dropped as late."""
+        self.late_records.labels(store).inc(records)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""
