@@ -13,9 +13,10 @@ at module level::
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from foldstream.domain import Aggregate, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
@@ -27,6 +28,26 @@ if TYPE_CHECKING:
     from foldstream.auth import Check
 
 
+class DemoRecord(NamedTuple):
+    """A record the demo writes to ``topic`` for a service's stores to fold: ``key``,
+    ``value`` (None: a tombstone) and ``timestamp`` (epoch milliseconds; None: now)."""
+
+    topic: str
+    key: bytes
+    value: bytes | None
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class DemoRecords:
+    """What ``foldstream demo`` writes for a service whose stores read other producers'
+    topics: it creates ``topics`` (``{topic: partitions}``) and writes what ``records(rng)``
+    gives, partitioned as the stores reading each topic declare."""
+
+    topics: Mapping[str, int]
+    records: Callable[[random.Random], Iterable[DemoRecord]]
+
+
 @dataclass(frozen=True)
 class Service:
     """Everything that defines a service's behaviour (its environment is in ``Settings``).
@@ -35,12 +56,16 @@ class Service:
     its route (``docs/reference/http.md``): a check ``(request) -> bool`` (sync or async) for commands,
     ``Middleware(RequireCredentials, check=..., queries=True)`` (:mod:`foldstream.auth`) to
     choose what it protects, or a Starlette ``Middleware`` of any class of your own.
+
+    ``demo``: the records ``foldstream demo`` writes to other producers' topics (a service
+    without commands has nothing else to show).
     """
 
     name: str
     aggregates: Mapping[str, type[Aggregate]] = field(default_factory=dict)
     projections: Sequence[Projection] = ()
     authentication: Check | Middleware | None = None
+    demo: DemoRecords | None = None
 
     def __post_init__(self) -> None:
         stores = [p.store for p in self.projections]
