@@ -35,15 +35,17 @@ def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str
     layout = {settings.events_topic: settings.partitions}
     for projection in projections:
         topic = projection.source_topic(settings.events_topic)
-        if topic in layout:
+        if topic == settings.events_topic:
             continue
-        count = topic_partitions(admin, topic)
-        if count is None:
-            raise ConfigurationError(
-                f"store {projection.store!r} reads topic {topic!r}, which does not exist"
-            )
-        layout[topic] = count
-        specs.append(TopicSpec(settings.changelog_topic(projection.store), count, compact=True))
+        if topic not in layout:  # several stores may read one topic
+            count = topic_partitions(admin, topic)
+            if count is None:
+                raise ConfigurationError(
+                    f"store {projection.store!r} reads topic {topic!r}, which does not exist"
+                )
+            layout[topic] = count
+        changelog = settings.changelog_topic(projection.store)
+        specs.append(TopicSpec(changelog, layout[topic], compact=True))
     ensure_topics(
         settings.bootstrap_servers,
         specs,
