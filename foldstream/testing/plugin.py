@@ -11,7 +11,8 @@ Load it from the project's root ``conftest.py`` and name the service under test:
 It loads the step library (:mod:`foldstream.testing.steps` and, for clusters of instances,
 :mod:`foldstream.testing.cluster_steps`, and for failing projections
 :mod:`foldstream.testing.recovery_steps`, and for ``GET /metrics``
-:mod:`foldstream.testing.metrics_steps`) as well, so feature files can use its sentences with
+:mod:`foldstream.testing.metrics_steps`, and for ordered and windowed stores
+:mod:`foldstream.testing.ordered_steps`) as well, so feature files can use its sentences with
 nothing but ``scenarios(...)`` in a test module.
 """
 
@@ -31,6 +32,7 @@ pytest_plugins = [
     "foldstream.testing.recovery_steps",
     "foldstream.testing.pause_steps",
     "foldstream.testing.metrics_steps",
+    "foldstream.testing.ordered_steps",
 ]
 
 
