@@ -1,6 +1,8 @@
-"""``make bench`` / ``python -m bench [--quick] [--json PATH]``: every figure of issue 5 beside
-its reference, measured in one run on an embedded broker, printed as a table and written as JSON
-(``bench/results/<timestamp>.json`` unless ``--json`` says where)."""
+"""``make bench`` / ``python -m bench [--quick] [--only SECTION ...] [--json PATH]``: every
+figure of issue 5 (and the ordered stores' of issue 23) beside its reference, measured in one
+run on an embedded broker, printed as a table and written as JSON
+(``bench/results/<timestamp>.json`` unless ``--json`` says where). ``--only`` runs some sections
+alone, e.g. ``--quick --only ordered``."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import cluster, lookups, rebuild
+from bench import cluster, lookups, ordered, rebuild
 from bench.inventory import PARTITIONS, inventory_figures
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
@@ -32,6 +34,9 @@ from foldstream.spark import FAST_CHECKPOINTS, JVM_OPTIONS, spark_session
 
 GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
+#: The sections of a run, in order. ``inventory`` compares freshness with the do-nothing
+#: micro-batches ``rebuild`` measures: it runs ``rebuild`` too.
+SECTIONS = ("rebuild", "lookups", "inventory", "cluster", "ordered")
 
 
 def _sizes(quick: bool) -> dict[str, Any]:
@@ -48,6 +53,10 @@ def _sizes(quick: bool) -> dict[str, Any]:
             command_keys=2_000,
             cluster_keys=20_000,
             cluster_lookups=4_000,
+            windowed_events=100_000,
+            windowed_keys=100,
+            range_customers=1_000,
+            range_bookings=120,
         )
     return dict(
         events=2_000_000,
@@ -61,6 +70,10 @@ def _sizes(quick: bool) -> dict[str, Any]:
         command_keys=2_000,
         cluster_keys=200_000,
         cluster_lookups=40_000,
+        windowed_events=1_000_000,
+        windowed_keys=500,
+        range_customers=5_000,
+        range_bookings=200,
     )
 
 
@@ -131,8 +144,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--json", type=Path, help="where to write the results")
+    parser.add_argument(
+        "--only", nargs="+", choices=SECTIONS, default=SECTIONS, help="run these sections only"
+    )
     args = parser.parse_args()
     size = _sizes(args.quick)
+    sections = set(args.only) | ({"rebuild"} if "inventory" in args.only else set())
     console = Console()
     # Spark's Python workers import bench.noop_stream: they need the checkout on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -143,29 +160,40 @@ def main() -> None:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="foldstream-bench-") as name:
         run = BenchRun(console, wrk, Path(name), size)
-        with EmbeddedBroker() as broker:
-            rebuilt, noop = rebuild_figures(run, broker.bootstrap)
-            figures += rebuilt
-            figures += _lookups(run, broker.bootstrap)
-        figures += inventory_figures(run, noop)
-        # The cluster too: three instances on a broker that holds only their topics.
-        with EmbeddedBroker() as broker:
-            figures += run.step(
-                "3-instance cluster: redirects, failover, restore",
-                lambda: cluster.cluster_figures(
-                    broker.bootstrap,
-                    run.tmp,
-                    keys=size["cluster_keys"],
-                    lookups=size["cluster_lookups"],
-                    rebuild_rate=rebuilt[0].value,
-                ),
-            )
-    figures += _memory_figures(run.memory)
+        rebuilt: list[Figure] = []
+        if sections & {"rebuild", "lookups"}:
+            with EmbeddedBroker() as broker:
+                if "rebuild" in sections:
+                    rebuilt, noop = rebuild_figures(run, broker.bootstrap)
+                    figures += rebuilt
+                if "lookups" in sections:
+                    figures += _lookups(run, broker.bootstrap)
+        if "inventory" in sections:
+            figures += inventory_figures(run, noop)
+        if "cluster" in sections:
+            # Three instances on a broker that holds only their topics.
+            with EmbeddedBroker() as broker:
+                figures += run.step(
+                    "3-instance cluster: redirects, failover, restore",
+                    lambda: cluster.cluster_figures(
+                        broker.bootstrap,
+                        run.tmp,
+                        keys=size["cluster_keys"],
+                        lookups=size["cluster_lookups"],
+                        rebuild_rate=rebuilt[0].value if rebuilt else None,
+                    ),
+                )
+        if "ordered" in sections:
+            with EmbeddedBroker() as broker:
+                figures += ordered.ordered_figures(run, broker.bootstrap)
+    if run.memory:
+        figures += _memory_figures(run.memory)
     about = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": time.time() - started,
         "sizes": size,
+        "sections": sorted(sections),
         "machine": {
             "cpus": os.cpu_count(),
             "load_avg_1m_at_end": os.getloadavg()[0],
@@ -180,7 +208,9 @@ def main() -> None:
     }
     print_table(
         console,
-        f"foldstream bench{' --quick' if args.quick else ''} — ratios are within this run",
+        f"foldstream bench{' --quick' if args.quick else ''}"
+        f"{' --only ' + ' '.join(args.only) if set(args.only) != set(SECTIONS) else ''}"
+        " — ratios are within this run",
         figures,
     )
     console.print(f"written to {write_json(args.json, about, figures)}")

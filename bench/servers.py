@@ -34,7 +34,7 @@ from foldstream.kafka import Partitioner, partition_for
 if TYPE_CHECKING:  # the minimal reference server loads none of foldstream's query side
     from foldstream.query_api.fast_lookup import FastLookups
 
-KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian")
+KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian", "minimal-range")
 
 
 def minimal_app(
@@ -190,10 +190,13 @@ def main() -> None:
     parser.add_argument("--partitioner", default="murmur2")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    if args.kind == "minimal":
+    if args.kind in ("minimal", "minimal-range"):
         import uvicorn
 
-        app: Any = minimal_app(args.state_dir, args.store, args.partitions, args.partitioner)
+        from bench.range_server import minimal_range_app
+
+        make = minimal_app if args.kind == "minimal" else minimal_range_app
+        app: Any = make(args.state_dir, args.store, args.partitions, args.partitioner)
         uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
         return
     os.environ.update(

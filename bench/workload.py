@@ -13,9 +13,10 @@ from collections.abc import Iterable, Iterator
 from confluent_kafka import Producer
 
 from foldstream.domain import EventCodec, EventRecord
-from foldstream.domain.records import HEADER_ID, HEADER_VERSION
+from foldstream.domain.records import HEADER_ID, HEADER_TIMESTAMP, HEADER_VERSION
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import produce_when_room, producer_config
+from foldstream.times import iso_ms, to_epoch_ms
 
 QUANTITIES = 9
 
@@ -50,6 +51,32 @@ def inventory_events(keys: int, events: int) -> Iterator[EventRecord]:
             for name, value in template.headers
         )
         yield EventRecord(sku(key).encode(), template.value, headers)
+
+
+def sales_events(keys: int, events: int, days: int = 2) -> Iterator[EventRecord]:
+    """``events`` sales over ``keys`` products, round-robin, their times moving on evenly over
+    ``days`` days (so windows close and expire as they go): every 50th sale is 30 s older than
+    its turn (out of order, within a minute's grace), every 997th 15 minutes older (late)."""
+    codec = EventCodec()
+    product = Product(id="template")
+    product.receive_shipment(quantity=QUANTITIES * (QUANTITIES + 1))
+    for quantity in range(1, QUANTITIES + 1):
+        product.sell(quantity=quantity)
+    sales = [codec.encode(e) for e in product.collect_events()][-QUANTITIES:]
+    start = to_epoch_ms("2026-05-01T00:00:00Z")
+    step = days * 86_400_000 // events
+    for n in range(events):
+        at = start + n * step - (30_000 if n % 50 == 7 else 0) - (900_000 if n % 997 == 3 else 0)
+        template = sales[n % QUANTITIES]
+        headers = tuple(
+            (name, iso_ms(at).encode())
+            if name == HEADER_TIMESTAMP
+            else (name, uuid.uuid4().hex.encode())
+            if name == HEADER_ID
+            else (name, value)
+            for name, value in template.headers
+        )
+        yield EventRecord(sku(n % keys).encode(), template.value, headers)
 
 
 def expected_on_hand(key: int, keys: int, events: int) -> int:
