@@ -12,6 +12,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 _EPOCH = datetime(1970, 1, 1)
+_EPOCH_UTC = _EPOCH.replace(tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 #: The earliest and latest milliseconds a time may be (0001-01-01 .. 9999-12-31, UTC).
 MIN_MS = (datetime(1, 1, 1) - _EPOCH) // _MS
@@ -59,9 +60,7 @@ def _text_ms(text: str) -> int:
 
 
 def _datetime_ms(value: datetime) -> int:
-    if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
-    return (value - _EPOCH) // _MS
+    return (value - (_EPOCH if value.tzinfo is None else _EPOCH_UTC)) // _MS
 
 
 def iso_ms(ms: int) -> str:

@@ -81,6 +81,9 @@ class WindowedAggregate(OrderedStore):
     partitioner: Partitioner = "murmur2"
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
+    #: size, advance, grace and retention in milliseconds (every record uses them).
+    _spans_ms: tuple[int, int, int, int] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         check_store(self, self.topic)
         for name in ("size", "grace", "retention", "advance"):
@@ -96,7 +99,10 @@ class WindowedAggregate(OrderedStore):
                     f"store {self.store!r}: {name} must be a timedelta of whole milliseconds, "
                     f"0 to {MAX_SPAN.days} days, not {span!r}"
                 )
-        advance = self.advance_ms
+        size = self.size // _MS
+        advance = size if self.advance is None else self.advance // _MS
+        spans = (size, advance, self.grace // _MS, self.retention // _MS)
+        object.__setattr__(self, "_spans_ms", spans)
         if self.size_ms <= 0 or advance <= 0 or advance > self.size_ms:
             raise ConfigurationError(
                 f"store {self.store!r}: size and advance must be positive, advance at most size"
@@ -114,19 +120,19 @@ class WindowedAggregate(OrderedStore):
 
     @property
     def size_ms(self) -> int:
-        return self.size // _MS
+        return self._spans_ms[0]
 
     @property
     def advance_ms(self) -> int:
-        return self.size_ms if self.advance is None else self.advance // _MS
+        return self._spans_ms[1]
 
     @property
     def grace_ms(self) -> int:
-        return self.grace // _MS
+        return self._spans_ms[2]
 
     @property
     def retention_ms(self) -> int:
-        return self.retention // _MS
+        return self._spans_ms[3]
 
     def source_topic(self, events_topic: str) -> str:
         return events_topic if self.topic is None else self.topic

@@ -34,7 +34,6 @@ from foldstream.state.base import Entries
 from foldstream.state.ordered_keys import (
     OFFSET_BYTES,
     SortKeyType,
-    decode_int,
     encode_int,
     encode_sort_key,
     entry_prefix,
@@ -166,13 +165,9 @@ def entries_body(
     page, more = entries[: span.limit], len(entries) > span.limit
     cut = len(span.prefix)
     if span.windows:
-        size = info.window_ms or 0
-        items = [_window(decode_int(stored[cut:]), size, value) for stored, value in page]
-        name = b"windows"
+        name, items = b"windows", _windows(page, cut, info.window_ms or 0)
     else:
-        kind: SortKeyType = info.sort_key or "time"
-        items = [_entry(kind, stored[cut:], value) for stored, value in page]
-        name = b"entries"
+        name, items = b"entries", _entries(page, cut, info.sort_key or "time")
     after = json.dumps(cursor_of(page[-1][0], span.prefix)).encode() if more else b"null"
     return b"".join(
         (b'{"key":', json.dumps(key).encode(), b',"', name, b'":[', b",".join(items), b'],"next":')
@@ -180,20 +175,36 @@ def entries_body(
     )
 
 
-def _window(start: int, size: int, value: bytes) -> bytes:
-    return b'{"start":"%s","end":"%s","value":%s}' % (
-        iso_ms(start).encode(),
-        iso_ms(start + size).encode(),
-        value,
-    )
+# Every entry of a page goes through one of these: the sort key is read in place (8 bytes
+# after the prefix for times, integers and window starts), with no call per entry but the
+# time's formatting.
+_FROM_BYTES = int.from_bytes
+_SIGN = 1 << 63
 
 
-def _entry(kind: SortKeyType, stored: bytes, value: bytes) -> bytes:
-    sort_key, _ = split_sort_key(kind, stored)
+def _windows(page: Entries, cut: int, size: int) -> list[bytes]:
+    end = cut + 8
+    return [
+        b'{"start":"%s","end":"%s","value":%s}'
+        % (iso_ms(start).encode(), iso_ms(start + size).encode(), value)
+        for start, value in ((_FROM_BYTES(k[cut:end], "big") - _SIGN, v) for k, v in page)
+    ]
+
+
+def _entries(page: Entries, cut: int, kind: SortKeyType) -> list[bytes]:
+    end = cut + 8
     if kind == "time":
-        shown = b'"%s"' % iso_ms(sort_key).encode()  # type: ignore[arg-type]
-    elif kind == "int":
-        shown = b"%d" % sort_key  # type: ignore[str-format]
-    else:
-        shown = json.dumps(sort_key).encode()
-    return b'{"sort_key":%s,"value":%s}' % (shown, value)
+        return [
+            b'{"sort_key":"%s","value":%s}'
+            % (iso_ms(_FROM_BYTES(k[cut:end], "big") - _SIGN).encode(), v)
+            for k, v in page
+        ]
+    if kind == "int":
+        return [
+            b'{"sort_key":%d,"value":%s}' % (_FROM_BYTES(k[cut:end], "big") - _SIGN, v)
+            for k, v in page
+        ]
+    return [
+        b'{"sort_key":%s,"value":%s}' % (json.dumps(split_sort_key(kind, k[cut:])[0]).encode(), v)
+        for k, v in page
+    ]

@@ -37,10 +37,13 @@ SORT_KEY_TYPES: tuple[SortKeyType, ...] = ("time", "int", "string")
 _SIGN = 1 << 63
 _INT64 = (1 << 64) - 1
 OFFSET_BYTES = 8
+_BYTES = [bytes((n,)) for n in range(0x80)]
 
 
 def varint(n: int) -> bytes:
     """``n`` (non-negative) as LEB128: 7 bits a byte, low bits first."""
+    if n < 0x80:
+        return _BYTES[n]
     out = bytearray()
     while n >= 0x80:
         out.append(n & 0x7F | 0x80)
