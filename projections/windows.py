@@ -43,12 +43,13 @@ from foldstream.state.ordered_keys import (
     STREAM_TIME,
     decode_int,
     encode_int,
+    entry_prefix,
     expiry_end,
     expiry_key,
     window_key,
     window_of_expiry,
 )
-from foldstream.times import Time, to_epoch_ms
+from foldstream.times import Time, iso_to_ms, to_epoch_ms
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode
 _MS = timedelta(milliseconds=1)
@@ -145,26 +146,29 @@ class WindowedAggregate(OrderedStore):
             stamp = record.header(HEADER_TIMESTAMP)
             if stamp is None:
                 raise ValueError(f"event {record.key!r} has no {HEADER_TIMESTAMP!r} header")
-            return to_epoch_ms(stamp.decode())
+            return iso_to_ms(stamp.decode())
         if record.timestamp is None or record.timestamp < 0:
             raise ValueError(f"record {record.key!r} has no timestamp")
         return to_epoch_ms(record.timestamp)
 
     def window_starts(self, time_ms: int) -> list[int]:
         """The starts of the windows ``time_ms`` falls into, oldest first."""
-        advance = self.advance_ms
+        size, advance = self._spans_ms[:2]
+        if advance == size:  # tumbling: one window
+            return [time_ms - time_ms % size]
         last = time_ms - time_ms % advance
-        first = last - (self.size_ms - 1) // advance * advance
-        return [s for s in range(first, last + 1, advance) if s + self.size_ms > time_ms]
+        first = last - (size - 1) // advance * advance
+        return [s for s in range(first, last + 1, advance) if s + size > time_ms]
 
     def read_keys(self, records: Records) -> list[bytes]:
         keys = [STREAM_TIME]
         for _, record in records:
             try:
                 time_ms = self.event_time(record)
-            except ValueError:
-                continue  # the fold raises it for this record
-            keys += (window_key(record.key, s) for s in self.window_starts(time_ms))
+                prefix = entry_prefix(record.key)
+            except (ValueError, TypeError):
+                continue  # no time or no key: the fold raises it for this record
+            keys += (prefix + encode_int(s) for s in self.window_starts(time_ms))
         return list(dict.fromkeys(keys))
 
     def fold_chunk(self, writer: PartitionWriter, records: Records) -> ChunkFolded:

@@ -202,3 +202,13 @@ def test_a_point_store_directory_is_never_opened_as_an_ordered_one(tmp_path: Pat
     RocksDBWriter(tmp_path / "p1", identity="t/1", table_format=ORDERED_FORMAT).close()
     with pytest.raises(StateCorrupted, match="declared"):
         RocksDBWriter(tmp_path / "p1", identity="t/1")
+
+
+def test_a_record_without_a_time_or_a_key_is_refused_by_the_fold_only(partition: Partition) -> None:
+    """Reading ahead skips it; folding it raises, for the projection's error handling."""
+    projection = partition.projection
+    broken = [(0, EventRecord(b"a", b"1", (), None)), (1, EventRecord(None, b"1", (), T0))]  # type: ignore[arg-type]
+    assert projection.read_keys(broken) == [STREAM_TIME]
+    for each in broken:
+        with pytest.raises(ValueError):
+            projection.fold_chunk(partition.writer, [each])
