@@ -153,6 +153,10 @@ class Instance:
             layout = await asyncio.to_thread(self.prepare)
         self._prepared = None  # a later start checks again
         events = settings.events_topic
+        if not self.service.aggregates and all(
+            p.source_topic(events) != events for p in self.service.projections
+        ):
+            layout = {t: n for t, n in layout.items() if t != events}  # no partitions to own
         stores = store_layouts(self.service, settings)
         formats = {p.store: p.table_format for p in self.service.projections}
         async with contextlib.AsyncExitStack() as stack:
