@@ -90,9 +90,9 @@ class InvalidRequest(FoldstreamError):
     """An HTTP request is malformed or exceeds one of the instance's input limits: HTTP
     ``status`` (400; 413 a body too large; 414 a URL too long; 401 missing credentials).
 
-    Remedy (client): fix what the message names; the limits are in ``docs/reference/http.md``. Remedy
-    (operator): raise the limit (:class:`foldstream.http_input.InputLimits`) if legitimate
-    requests hit it.
+    Remedy (client): fix what the message names; the limits are in
+    ``docs/reference/http.md``. Remedy (operator): raise the limit
+    (:class:`foldstream.http_input.InputLimits`) if legitimate requests hit it.
     """
 
     def __init__(self, message: str, status: int = 400) -> None:

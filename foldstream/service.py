@@ -53,9 +53,10 @@ class Service:
     """Everything that defines a service's behaviour (its environment is in ``Settings``).
 
     ``authentication``: who may send commands (and queries), checked on every request before
-    its route (``docs/reference/http.md``): a check ``(request) -> bool`` (sync or async) for commands,
-    ``Middleware(RequireCredentials, check=..., queries=True)`` (:mod:`foldstream.auth`) to
-    choose what it protects, or a Starlette ``Middleware`` of any class of your own.
+    its route (``docs/reference/http.md``): a check ``(request) -> bool`` (sync or async) for
+    commands, ``Middleware(RequireCredentials, check=..., queries=True)``
+    (:mod:`foldstream.auth`) to choose what it protects, or a Starlette ``Middleware`` of any
+    class of your own.
 
     ``demo``: the records ``foldstream demo`` writes to other producers' topics (a service
     without commands has nothing else to show).
