@@ -13,15 +13,15 @@ import base64
 import json
 from pathlib import Path
 
-from rocksdict import AccessType, Rdict, ReadOptions
+from rocksdict import ReadOptions
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from bench.servers import open_read_only
 from foldstream.kafka import Partitioner, partition_for
-from foldstream.state import partition_path
-from foldstream.state.format import ORDERED_FORMAT, store_options
+from foldstream.state.format import ORDERED_FORMAT
 from foldstream.state.ordered_keys import decode_int, entry_prefix, prefix_end
 from foldstream.times import iso_ms
 
@@ -30,14 +30,7 @@ def minimal_range_app(
     state_dir: Path, store: str, partitions: int, partitioner: Partitioner
 ) -> Starlette:
     """Ranges of a time-ordered store (entries: sort key + source offset), nothing else."""
-    dbs = [
-        Rdict(
-            str(partition_path(state_dir, store, p)),
-            options=store_options(ORDERED_FORMAT),
-            access_type=AccessType.read_only(),
-        )
-        for p in range(partitions)
-    ]
+    dbs = open_read_only(state_dir, store, partitions, ORDERED_FORMAT)
 
     async def get_range(request: Request) -> Response:
         key = request.path_params["key"].encode()

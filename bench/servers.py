@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from foldstream.errors import FoldstreamError
 from foldstream.kafka import Partitioner, partition_for
+from foldstream.state.format import TABLE_FORMAT
 
 if TYPE_CHECKING:  # the minimal reference server loads none of foldstream's query side
     from foldstream.query_api.fast_lookup import FastLookups
@@ -37,23 +38,31 @@ if TYPE_CHECKING:  # the minimal reference server loads none of foldstream's que
 KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian", "minimal-range")
 
 
-def minimal_app(
-    state_dir: Path, store: str, partitions: int, partitioner: Partitioner
-) -> Starlette:
-    """GET ``/stores/{store}/keys/{key}`` and POST ``/stores/{store}/keys``, nothing else."""
+def open_read_only(
+    state_dir: Path, store: str, partitions: int, table_format: str = TABLE_FORMAT
+) -> list[Any]:
+    """The store's partition databases, opened read-only with the options they were written
+    with (rocksdict's own ``Rdict``: the least a server can read them through)."""
     from rocksdict import AccessType, Rdict
 
     from foldstream.state import partition_path
     from foldstream.state.format import store_options
 
-    dbs = [
+    return [
         Rdict(
             str(partition_path(state_dir, store, p)),
-            options=store_options(),
+            options=store_options(table_format),
             access_type=AccessType.read_only(),
         )
         for p in range(partitions)
     ]
+
+
+def minimal_app(
+    state_dir: Path, store: str, partitions: int, partitioner: Partitioner
+) -> Starlette:
+    """GET ``/stores/{store}/keys/{key}`` and POST ``/stores/{store}/keys``, nothing else."""
+    dbs = open_read_only(state_dir, store, partitions)
 
     async def get_key(request: Request) -> Response:
         key = request.path_params["key"]

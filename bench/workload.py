@@ -42,15 +42,7 @@ def inventory_events(keys: int, events: int) -> Iterator[EventRecord]:
     for n in range(events):
         key, version = n % keys, n // keys + 1
         template = created if version == 1 else shipments[(key + version) % QUANTITIES]
-        headers = tuple(
-            (name, str(version).encode())
-            if name == HEADER_VERSION
-            else (name, uuid.uuid4().hex.encode())
-            if name == HEADER_ID
-            else (name, value)
-            for name, value in template.headers
-        )
-        yield EventRecord(sku(key).encode(), template.value, headers)
+        yield _copy(template, sku(key), HEADER_VERSION, str(version).encode())
 
 
 def sales_events(keys: int, events: int, days: int = 2) -> Iterator[EventRecord]:
@@ -67,16 +59,21 @@ def sales_events(keys: int, events: int, days: int = 2) -> Iterator[EventRecord]
     step = days * 86_400_000 // events
     for n in range(events):
         at = start + n * step - (30_000 if n % 50 == 7 else 0) - (900_000 if n % 997 == 3 else 0)
-        template = sales[n % QUANTITIES]
-        headers = tuple(
-            (name, iso_ms(at).encode())
-            if name == HEADER_TIMESTAMP
-            else (name, uuid.uuid4().hex.encode())
-            if name == HEADER_ID
-            else (name, value)
-            for name, value in template.headers
-        )
-        yield EventRecord(sku(n % keys).encode(), template.value, headers)
+        yield _copy(sales[n % QUANTITIES], sku(n % keys), HEADER_TIMESTAMP, iso_ms(at).encode())
+
+
+def _copy(template: EventRecord, key: str, header: str, value: bytes) -> EventRecord:
+    """``template`` as the event of ``key``, with its ``header`` set to ``value`` and an
+    event id of its own."""
+    headers = tuple(
+        (name, value)
+        if name == header
+        else (name, uuid.uuid4().hex.encode())
+        if name == HEADER_ID
+        else (name, stored)
+        for name, stored in template.headers
+    )
+    return EventRecord(key.encode(), template.value, headers)
 
 
 def expected_on_hand(key: int, keys: int, events: int) -> int:

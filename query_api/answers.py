@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from foldstream.errors import InvalidRequest, StoreNotFound
-from foldstream.http_input import InputLimits, count, last, query_params
+from foldstream.http_input import InputLimits, Params, count, last, query_params
 from foldstream.query_api.batch import batch_answer
 from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
 from foldstream.query_api.stores import StoreInfo, StoreReaders
@@ -90,6 +90,8 @@ class LookupAnswers:
             return self._lookup(raw_path, query_string, *target)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
 
     def _lookup(
         self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
@@ -104,16 +106,9 @@ class LookupAnswers:
             key = raw_key  # as limits.key() would have it, for fewer calls on the hot path
         else:
             key = limits.key(raw_key)
-        params, max_lag = [], None
-        if query_string:  # most lookups have none: spared the parsing
-            params = query_params(query_string)
-            max_lag = count("max_lag", last(params, "max_lag"))
-            count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
+        params, max_lag = routing_params(query_string)
         stores, locator = self._started()
-        try:
-            info = stores.info(store)
-        except StoreNotFound as exc:
-            return error_answer(404, str(exc))
+        info = stores.info(store)
         self._names[raw_store] = store  # a store's: the cache stays as small as the layout
         if info.kind != "point":
             return error_answer(400, _not_a(store, "point", info))
@@ -141,14 +136,9 @@ class LookupAnswers:
         ``/windows``)."""
         windows = raw_key.endswith(WINDOWS)
         key = self.limits.key(raw_key[: -len(WINDOWS if windows else RANGE)])
-        params = query_params(query_string)
-        max_lag = count("max_lag", last(params, "max_lag"))
-        count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
+        params, max_lag = routing_params(query_string)
         stores, locator = self._started()
-        try:
-            info = stores.info(store)
-        except StoreNotFound as exc:
-            return error_answer(404, str(exc))
+        info = stores.info(store)
         wanted = "windowed" if windows else "ordered"
         if info.kind != wanted:
             return error_answer(400, _not_a(store, wanted, info))
@@ -199,7 +189,17 @@ class LookupAnswers:
         return self.limits.name(target[0], "store name"), self.limits.key(target[1])
 
 
-def _elsewhere(location: Location, raw_path: bytes, params: list[tuple[str, str]]) -> Answer:
+def routing_params(query_string: bytes) -> tuple[Params, int | None]:
+    """The query's parameters and its ``max_lag``, ``hops`` checked (InvalidRequest)."""
+    if not query_string:  # most lookups have none: spared the parsing
+        return [], None
+    params = query_params(query_string)
+    max_lag = count("max_lag", last(params, "max_lag"))
+    count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
+    return params, max_lag
+
+
+def _elsewhere(location: Location, raw_path: bytes, params: Params) -> Answer:
     if isinstance(location, Redirect):
         return redirect_answer(location, raw_path, params)
     return unavailable_answer(location)  # type: ignore[arg-type]
