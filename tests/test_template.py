@@ -157,6 +157,7 @@ def ledger_python(ledger: Path) -> str:
     return str(ledger / ".venv" / "bin" / "python")
 
 
+@pytest.mark.timeout(1000)  # above the subprocess's own bound, which reports its output
 def test_generated_service_passes_its_own_make_test(ledger: Path, ledger_python: str) -> None:
     done = run(["make", "test"], cwd=ledger, timeout=900)
     assert done.returncode == 0, tail(done)

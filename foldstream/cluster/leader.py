@@ -35,6 +35,8 @@ from foldstream.cluster.records import MemberState
 from foldstream.kafka import producer_config
 
 log = logging.getLogger(__name__)
+#: How often a member that is not the leader says whom it leaves the role to.
+DEFER_LOG_EVERY_S = 30.0
 
 #: ``(member's state, topic, partition) -> records its copy lacks`` (None: no copy).
 CopyLag = Callable[[MemberState, str, int], "int | None"]
@@ -67,6 +69,7 @@ class Leader:
         self.transaction_timeout_s = transaction_timeout_s
         self._producer: Any = None
         self._took_role_at = 0.0
+        self._deferred_logged_at = -DEFER_LOG_EVERY_S
         self._backoff = Backoff()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cluster-leader", daemon=True)
@@ -122,12 +125,24 @@ class Leader:
 
     def _eligible(self, members: Mapping[str, MemberState]) -> bool:
         cluster_map = self._map
-        if min(members, default=None) != cluster_map.member_id or not cluster_map.caught_up():
+        if not cluster_map.caught_up():
+            return False
+        smallest = min(members, default=None)
+        if smallest != cluster_map.member_id:
+            self._defer_to(smallest)
             return False
         settled_for = cluster_map.caught_up_for()
         if settled_for < self.join_window_s:
             return False
         return len(members) == 1 or settled_for >= cluster_map.liveness_s
+
+    def _defer_to(self, member: str | None) -> None:
+        """Say, now and then, which live member this one leaves the role to: a member that
+        stays live in the view without leading is what leaves a cluster without assignment."""
+        now = time.monotonic()
+        if now - self._deferred_logged_at >= DEFER_LOG_EVERY_S:
+            self._deferred_logged_at = now
+            log.info("%s leaves the leader's role to %s", self._map.member_id, member)
 
     def _holds_role(self) -> bool:
         """Take the role if not held (fencing earlier holders); True once the view covers

@@ -126,11 +126,15 @@ class Location:
             return failure
         assignment = self._map.assignment()
         ownership = self._handover.ownership
-        if ownership.applied[0] == 0:
+        me = self._map.member_id
+        if ownership.applied[0] == 0 or me not in assignment.members:
+            # An assignment made without this member (one of an earlier run, read from the
+            # topic) gives it nothing: it is not ready until the leader has counted it in.
             waited = time.monotonic() - self._started_at
-            leader = min(self._map.members(), default=self._map.member_id)
+            leader = min(self._map.members(), default=me)
+            made = "no assignment" if ownership.applied[0] == 0 else "no assignment with it"
             return (
-                f"joining the cluster: no assignment after {waited:.0f}s "
+                f"joining the cluster: {made} after {waited:.0f}s "
                 f"(the leader is the live member with the smallest id: {leader})"
             )
         restoring = sorted(ownership.restoring)

@@ -53,6 +53,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from pytest_bdd import given, parsers, then, when
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from foldstream import process
 from foldstream.broker import EmbeddedBroker
@@ -243,6 +244,9 @@ def _rows(datatable: list[list[str]]) -> list[dict[str, str]]:
 
 # When ----------------------------------------------------------------------------------------
 
+#: How long a command answered 503 (its partition still replayed or moving) is sent again.
+COMMAND_RETRY_S = 60.0
+
 
 @when(
     parsers.re(
@@ -258,15 +262,22 @@ def send_command(
     command: str,
     body: str,
 ) -> None:
-    """Sends ``body`` as it is written (so malformed JSON can be sent too)."""
+    """Sends ``body`` as it is written (so malformed JSON can be sent too). A 503 (the
+    partition is still being replayed or moved) is sent again, as a client does, for up to
+    :data:`COMMAND_RETRY_S`; any other answer is the scenario's to check."""
     _, settings = service_of(instance)
     scenario_state.ends_before = log_ends(
         instance.bootstrap, settings.events_topic, instance.partitions
     )
     scenario_state.sent_key = aggregate_id
-    scenario_state.response = http(
-        "POST", f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}", body.encode()
+    url = f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}"
+    send = Retrying(
+        stop=stop_after_delay(COMMAND_RETRY_S),
+        wait=wait_fixed(0.2),
+        retry=retry_if_result(lambda answer: answer[0] == 503),
+        retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
     )
+    scenario_state.response = send(http, "POST", url, body.encode())
 
 
 @when(parsers.parse('a "{client}" producer writes these records to "{topic}":'))
