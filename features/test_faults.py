@@ -21,7 +21,7 @@ from pytest_bdd import given, parsers, scenarios, then, when
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.process import InstanceProcess, wait_cluster_stable
-from foldstream.testing.cluster_steps import commands_fold_everywhere
+from foldstream.testing.cluster_checks import commands_fold_everywhere
 from foldstream.testing.steps import REQUEST_ERRORS
 
 scenarios("faults.feature")

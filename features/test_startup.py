@@ -19,7 +19,7 @@ from foldstream.cluster.records import InvalidRecord, MemberState
 from foldstream.kafka import read_to_end, topic_partitions
 from foldstream.process import InstanceProcess, wait_cluster_stable
 from foldstream.settings import Settings
-from foldstream.testing.cluster_steps import commands_fold_everywhere
+from foldstream.testing.cluster_checks import commands_fold_everywhere
 from foldstream.testing.kafka import log_ends
 
 scenarios("startup.feature")

@@ -32,13 +32,13 @@ from pytest_bdd import parsers, then
 from foldstream.process import InstanceProcess, http
 from foldstream.projections.reference import fold_topic
 from foldstream.reads import ITEMS, Read, read_all, read_path
+from foldstream.testing.cluster_checks import wait_owner_of_some
 from foldstream.testing.cluster_steps import (
     ClusterState,
     Store,
     cluster_view,
     member_ids,
     owner_in,
-    wait_owner_of_some,
 )
 from foldstream.testing.steps import ScenarioState, _rows, _source, wait_until
 

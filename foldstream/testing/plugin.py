@@ -30,6 +30,7 @@ from foldstream.process import InstanceProcess, wait_cluster_stable
 pytest_plugins = [  # a module before those that import it, so that pytest rewrites its asserts
     "foldstream.testing.steps",
     "foldstream.testing.cluster_steps",
+    "foldstream.testing.cluster_checks",
     "foldstream.testing.poison_steps",
     "foldstream.testing.replay_steps",
     "foldstream.testing.recovery_steps",
