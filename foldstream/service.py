@@ -13,18 +13,34 @@ at module level::
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
+from foldstream.kafka import Partitioner
 from foldstream.projections import Projection
+from foldstream.projections.graph import bind
 
 if TYPE_CHECKING:
     from starlette.middleware import Middleware
 
     from foldstream.auth import Check
+
+
+@dataclass(frozen=True)
+class DemoRecords:
+    """Records ``foldstream demo`` writes to ``topic``, a topic the service reads and another
+    producer writes (price ticks, say), as that producer would (its ``partitioner``): keys are
+    the words the demo fills text arguments of commands with, values ``value(rng)`` (JSON),
+    about ``per_command`` records per command sent."""
+
+    topic: str
+    value: Callable[[random.Random], Any]
+    partitioner: Partitioner = "murmur2"
+    per_command: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -39,19 +55,23 @@ class Service:
 
     :attr:`codec` decodes the events of the service's own aggregates and of nothing else; its
     projections are given it (:meth:`Projection.for_events`), and so is its command side.
+    :attr:`projections` also holds the hidden stores that forward events to multi-input stores
+    (:func:`foldstream.projections.graph.bind`). ``demo_records``: what ``foldstream demo``
+    writes to the topics other producers write.
     """
 
     name: str
     aggregates: Mapping[str, type[Aggregate]] = field(default_factory=dict)
     projections: Sequence[Projection] = ()
     authentication: Check | Middleware | None = None
+    demo_records: Sequence[DemoRecords] = ()
     codec: EventCodec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         codec = EventCodec(self.aggregates.values())
         object.__setattr__(self, "codec", codec)
         object.__setattr__(
-            self, "projections", tuple(p.for_events(codec) for p in self.projections)
+            self, "projections", bind([p.for_events(codec) for p in self.projections])
         )
         stores = [p.store for p in self.projections]
         duplicated = {s for s in stores if stores.count(s) > 1}

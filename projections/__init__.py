@@ -2,10 +2,23 @@
 
 ``EventProjection(store, fold)`` folds the service's domain events; ``LatestValue(store, topic)``
 keeps the latest value of every key of any topic (KTable semantics, tombstones delete).
+``EventProjection(store, fold, key=...)``, ``Join(store, inputs=[Events(...), Changes(...)])``
+and ``Aggregation(store, source=..., group_by=..., add=..., subtract=...)`` fold under other
+keys than their inputs' (re-keying, joins, chained stores: ``docs/rekeying-and-joins.md``).
 """
 
 from __future__ import annotations
 
+from foldstream.projections.joins import Aggregation, Change, Changes, Events, Join
 from foldstream.projections.projection import EventProjection, LatestValue, Projection
 
-__all__ = ["EventProjection", "LatestValue", "Projection"]
+__all__ = [
+    "Aggregation",
+    "Change",
+    "Changes",
+    "EventProjection",
+    "Events",
+    "Join",
+    "LatestValue",
+    "Projection",
+]
