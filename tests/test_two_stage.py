@@ -42,9 +42,7 @@ SERVICE: Service = load_service("foldstream.examples.charts:service")
 def events_topic(broker: EmbeddedBroker) -> str:
     """A fresh events topic name, and its ``top5`` repartition topic on the broker."""
     events = f"charts-{uuid.uuid4().hex[:8]}.events"
-    ensure_topics(
-        broker.bootstrap, [TopicSpec(repartition_topic(events, "top5"), REPARTITIONS)]
-    )
+    ensure_topics(broker.bootstrap, [TopicSpec(repartition_topic(events, "top5"), REPARTITIONS)])
     return events
 
 
@@ -210,9 +208,7 @@ def test_records_after_a_lost_send_wait_for_it(
         stage_two(paths[partition], partition, delivered, seed)
     expected = charts(records)
     assert served([p for p in paths if p.exists()]) == {
-        genre: chart
-        for genre, chart in expected.items()
-        if len(forwarded[partition_of(genre)]) > 2
+        genre: chart for genre, chart in expected.items() if len(forwarded[partition_of(genre)]) > 2
     }
 
 
@@ -253,9 +249,8 @@ def test_a_rekey_function_that_raises_names_store_topic_partition_and_offset(
     option = forwards_option(
         service.projections, forwarder.store, "broken.events", {"broken.by_genre.repartition": 1}
     )
-    emitter = Emitter(
-        forwarder.store, "broken.events", 2, targets_of(service.projections, forwarder.store, option)
-    )
+    targets = targets_of(service.projections, forwarder.store, option)
+    emitter = Emitter(forwarder.store, "broken.events", 2, targets)
     song = Song(id="s1")
     song.register("t", "a", "rock")
     record = EventCodec([Song]).encode(song.collect_events()[0])
