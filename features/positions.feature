@@ -28,3 +28,13 @@ Feature: Positions and risk: trades re-keyed by asset, joined with another produ
     When 150 random commands of the demo are sent through the instances in turn
     Then every store of the service answers what a plain-Python computation of its topics gives
     And every copy of every store holds what a plain-Python computation of its topics gives
+
+  Scenario: A price the join cannot fold is dead-lettered, naming the store, topic, partition and offset
+    Given the service "foldstream.examples.positions:service" is running
+    And account "acct-9" accepted "buy" with {"asset": "BADPX", "quantity": 1}
+    When a "java" producer writes these records to "market.prices":
+      | key   | value              |
+      | BADPX | {"price": "cheap"} |
+    Then store "exposure" dead-lettered what was forwarded from the last record of "market.prices" with key "BADPX", naming the store, the topic, the partition and the offset
+    And the store "exposure" returns {"asset": "BADPX", "quantity": 1, "price": null, "value": null} for "BADPX"
+    And the store "prices" returns {"price": "cheap"} for "BADPX"

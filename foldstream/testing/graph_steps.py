@@ -7,6 +7,7 @@ every copy, compared with a plain-Python computation of the whole graph from the
     When 300 random commands of the demo are sent through the instances in turn, instance 2 killed with kill -9 after 100
     Then every store of the service answers what a plain-Python computation of its topics gives
     Then every copy of every store holds what a plain-Python computation of its topics gives
+    Then store "exposure" dead-lettered what was forwarded from the last record of "market.prices" with key "X", naming the store, the topic, the partition and the offset
 
 Works on one instance (``Given the service ... is running``) and on a cluster (``Given a
 cluster of ...``). The demo's records of other producers (price ticks, say:
@@ -24,13 +25,15 @@ from confluent_kafka import Producer
 from pytest_bdd import parsers, then, when
 
 from foldstream.demo import command_menu, random_command, random_records
-from foldstream.kafka import partition_for, producer_config, topic_partitions
+from foldstream.kafka import partition_for, producer_config, read_to_end, topic_partitions
 from foldstream.kafka_client import admin_client
 from foldstream.process import InstanceProcess, http, lookup, wait_cluster_stable
 from foldstream.projections.graph import is_hidden
+from foldstream.projections.poison import DLQ_ERROR_HEADER
 from foldstream.projections.reference_graph import fold_service
 from foldstream.state import RocksDBReader, partition_path
 from foldstream.testing.cluster_steps import ClusterState, Store, cluster_view
+from foldstream.testing.poison_steps import dead_letters
 from foldstream.testing.steps import REQUEST_ERRORS, WAIT, service_of, wait_until
 
 
@@ -183,3 +186,36 @@ def _check_copy(
         matches,
         lambda: f"{member.url}'s copy of {store}/{partition}: {list(wrong.items())[:3]}",
     )
+
+
+@then(
+    parsers.parse(
+        'store "{store}" dead-lettered what was forwarded from the last record of "{topic}" '
+        'with key "{key}", naming the store, the topic, the partition and the offset'
+    )
+)
+def dead_lettered_forwarded(instance: InstanceProcess, store: str, topic: str, key: str) -> None:
+    """The store's dead-letter topic holds a record whose error names ``store`` and the origin
+    of what it could not fold: ``topic``, and the partition and offset of its last record with
+    ``key``."""
+    partitions = topic_partitions(admin_client(instance.bootstrap), topic)
+    assert partitions, f"the topic {topic!r} does not exist"
+    origins = [
+        (m.partition(), m.offset())
+        for batch in read_to_end(instance.bootstrap, topic, partitions)
+        for m in batch
+        if m.key() == key.encode()
+    ]
+    assert origins, f"no record with key {key!r} in {topic}"
+    partition, offset = origins[-1]
+    named = (f"store {store!r}", f"from {topic} partition {partition} offset {offset}")
+    errors: list[str] = []
+
+    def found() -> bool:
+        errors[:] = [
+            dict(m.headers() or ()).get(DLQ_ERROR_HEADER, b"").decode()
+            for m in dead_letters(instance, store)
+        ]
+        return any(all(part in error for part in named) for error in errors)
+
+    wait_until(found, lambda: f"{store} dead-lettered no record naming {named}: {errors}")
