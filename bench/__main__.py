@@ -2,7 +2,9 @@
 of issue 5 beside its reference, measured in one run on an embedded broker, printed as a table
 and written as JSON (``bench/results/<timestamp>.json`` unless ``--json`` says where).
 ``--only`` runs one section alone: ``rebuild`` (the projection rebuild on ``local[2]`` and on a
-2-worker standalone Spark cluster, beside the plain consumer)."""
+2-worker standalone Spark cluster, beside the plain consumer), ``rekey`` (two-stage stores:
+freshness of a chained store beside a single-stage one, re-key throughput beside a plain
+pipeline)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import cluster, lookups, rebuild, spark_standalone
+from bench import cluster, lookups, rebuild, rekey, spark_standalone
 from bench.inventory import PARTITIONS, inventory_figures
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
@@ -53,6 +55,8 @@ def _sizes(quick: bool) -> dict[str, Any]:
             command_keys=2_000,
             cluster_keys=20_000,
             cluster_lookups=4_000,
+            rekey_probes=40,
+            rekey_events=5_000,
         )
     return dict(
         events=2_000_000,
@@ -66,6 +70,8 @@ def _sizes(quick: bool) -> dict[str, Any]:
         command_keys=2_000,
         cluster_keys=200_000,
         cluster_lookups=40_000,
+        rekey_probes=200,
+        rekey_events=100_000,
     )
 
 
@@ -146,7 +152,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--json", type=Path, help="where to write the results")
     parser.add_argument(
-        "--only", choices=["rebuild"], help="run one section alone (see the description)"
+        "--only", choices=["rebuild", "rekey"], help="run one section alone (see the description)"
     )
     args = parser.parse_args()
     size = _sizes(args.quick)
@@ -163,6 +169,9 @@ def main() -> None:
         if args.only == "rebuild":
             with EmbeddedBroker() as broker:
                 figures += rebuild_figures(run, broker.bootstrap, noop_batches=False)[0]
+        elif args.only == "rekey":
+            with EmbeddedBroker() as broker:
+                figures += rekey.rekey_figures(run, broker.bootstrap)
         else:
             figures += _all_figures(run)
     about = {
