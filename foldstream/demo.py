@@ -1,18 +1,18 @@
 """``make demo``: any service end to end on the embedded defaults (the inventory example unless
 told otherwise).
 
-Starts a broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` is set) and one instance, sends random
-commands over HTTP (and, for a service that declares :class:`~foldstream.service.DemoRecords`,
-records to the topics other producers write, such as price ticks), then compares every key of
-every store the query API serves, re-keyed, chained and joined stores included, with a
-plain-Python computation of the whole graph from the topics
+Starts a broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` is set) and the instances, sends random
+commands over HTTP (and, for a service that declares them, writes its demo records to the
+topics it reads: :class:`~foldstream.service.DemoRecords`), then compares what the query API
+serves, for every store, with a plain-Python fold of the topics
+(:func:`foldstream.projections.reference.fold_topic`, :mod:`foldstream.demo_stores`); re-keyed,
+chained and joined stores with a plain-Python computation of the service's whole graph
 (:func:`foldstream.projections.reference_graph.fold_service`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import tempfile
@@ -22,24 +22,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
+from foldstream import demo_stores
 from foldstream.broker import EmbeddedBroker
 from foldstream.cluster_tour import tour
 from foldstream.domain import commands_of
 from foldstream.errors import ConfigurationError
-from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
 from foldstream.process import InstanceProcess, http, wait_cluster_stable
+from foldstream.projections.graph import is_hidden
+from foldstream.projections.joins import Join
 from foldstream.projections.reference_graph import fold_service
-from foldstream.service import DemoRecords, Service, load_service
+from foldstream.service import Service, load_service
 from foldstream.settings import Settings
 
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
 IDS_PER_AGGREGATE = 12
-_WORDS = ("red", "green", "blue", "north", "south", "small", "large")
+#: The words text arguments are filled with (and the keys of demo records that match them).
+WORDS = ("red", "green", "blue", "north", "south", "small", "large")
 
 
 @contextlib.contextmanager
@@ -54,7 +55,7 @@ def _bootstrap(console: Console) -> Iterator[str]:
         yield broker.bootstrap
 
 
-def random_value(kind: Any, rng: random.Random) -> Any:
+def _random_value(kind: Any, rng: random.Random) -> Any:
     if kind is bool:
         return rng.random() < 0.5
     if kind is int:
@@ -62,7 +63,7 @@ def random_value(kind: Any, rng: random.Random) -> Any:
     if kind is float:
         return round(rng.uniform(1, 20), 2)
     if kind is str:
-        return rng.choice(_WORDS)
+        return rng.choice(WORDS)
     raise TypeError(kind)
 
 
@@ -86,29 +87,13 @@ def command_menu(service: Service) -> list[tuple[str, str, dict[str, Any]]]:
     return menu
 
 
-def demo_topics(service: Service, partitions: int) -> list[TopicSpec]:
-    """The topics the demo writes for other producers (they must exist before an instance
-    starts: its stores read them)."""
-    return [TopicSpec(r.topic, partitions) for r in service.demo_records]
-
-
 def random_command(
     menu: list[tuple[str, str, dict[str, Any]]], rng: random.Random
 ) -> tuple[str, str, str, dict[str, Any]]:
     """``(aggregate, aggregate id, command, arguments)`` picked at random from ``menu``."""
     aggregate, command, kinds = rng.choice(menu)
     aggregate_id = f"{aggregate}-{rng.randrange(IDS_PER_AGGREGATE):03d}"
-    return aggregate, aggregate_id, command, {p: random_value(k, rng) for p, k in kinds.items()}
-
-
-def random_records(service: Service, rng: random.Random) -> list[tuple[DemoRecords, bytes, bytes]]:
-    """The records to write, after one command, to the topics other producers write:
-    ``(their declaration, key, JSON value)``, keys among the words text arguments get."""
-    return [
-        (records, rng.choice(_WORDS).encode(), json.dumps(records.value(rng)).encode())
-        for records in service.demo_records
-        if rng.random() < records.per_command
-    ]
+    return aggregate, aggregate_id, command, {p: _random_value(k, rng) for p, k in kinds.items()}
 
 
 def run_demo(
@@ -121,15 +106,18 @@ def run_demo(
 ) -> int:
     """Run the demo; returns the exit code (0 when every queried value is as expected)."""
     console = Console()
+    rng = random.Random(seed)
     definition = load_service(service)
-    menu = command_menu(definition)
+    menu = command_menu(definition) if definition.aggregates or definition.demo is None else []
     settings = Settings(service=definition.name, partitions=partitions)
     with (
         _bootstrap(console) as bootstrap,
         tempfile.TemporaryDirectory(prefix="foldstream-demo-") as tmp,
     ):
-        if definition.demo_records:
-            ensure_topics(bootstrap, demo_topics(definition, partitions))
+        keys: set[str] = set()
+        if definition.demo is not None:  # its topics must exist before an instance starts
+            keys |= demo_stores.write_demo_records(bootstrap, definition, rng)
+            console.print(f"wrote {definition.name}'s demo records: {len(keys)} keys")
         stack = contextlib.ExitStack()
         instances = [
             stack.enter_context(
@@ -157,120 +145,95 @@ def run_demo(
                 f"{instances_count} instance(s) ready at {', '.join(i.url for i in instances)} "
                 f"in {time.monotonic() - started:.1f}s"
             )
-            traffic = _Traffic(definition, menu, bootstrap, partitions, random.Random(seed))
-            if not traffic.send(console, instances, commands):
-                return 1
-            return _compare(console, definition, settings, bootstrap, instances, traffic)
+            summary = "the demo records"
+            if menu:
+                sent = _send_commands(console, instances, menu, commands, rng)
+                if sent is None:
+                    return 1
+                summary = f"{sent[1]} accepted and {sent[2]} rejected commands"
+                keys |= sent[0]
+            return _check_stores(console, bootstrap, definition, settings, instances, keys, summary)
 
 
-class _Traffic:
-    """The demo's commands (and records of other producers), sent at random."""
-
-    def __init__(
-        self,
-        service: Service,
-        menu: list[tuple[str, str, dict[str, Any]]],
-        bootstrap: str,
-        partitions: int,
-        rng: random.Random,
-    ) -> None:
-        self.service, self.menu, self.rng = service, menu, rng
-        self.partitions = partitions
-        self.producer = Producer(producer_config(bootstrap)) if service.demo_records else None
-        self.accepted = self.rejected = self.records = 0
-
-    def send(self, console: Console, instances: list[InstanceProcess], commands: int) -> bool:
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("sending commands", total=commands)
-            for number in range(commands):
-                aggregate, aggregate_id, command, arguments = random_command(self.menu, self.rng)
-                # Any instance will do: one that does not own the aggregate redirects (307).
-                target = instances[number % len(instances)]
-                status, body = http(
-                    "POST", f"{target.url}/commands/{aggregate}/{aggregate_id}/{command}", arguments
-                )
-                if status == 200:
-                    self.accepted += 1
-                elif status == 422:
-                    self.rejected += 1
-                else:
-                    console.print(f"[red]unexpected {status} for {command} {aggregate_id}: {body}")
-                    return False
-                self._write_records()
-                progress.advance(task)
-        if self.producer is not None:
-            self.producer.flush(30)
-        return True
-
-    def _write_records(self) -> None:
-        for records, key, value in random_records(self.service, self.rng):
-            assert self.producer is not None
-            partition = partition_for(key, self.partitions, records.partitioner)
-            self.producer.produce(records.topic, key=key, value=value, partition=partition)
-            self.records += 1
-        if self.producer is not None:
-            self.producer.poll(0)
-
-
-def _compare(
+def _send_commands(
     console: Console,
+    instances: list[InstanceProcess],
+    menu: list[tuple[str, str, dict[str, Any]]],
+    commands: int,
+    rng: random.Random,
+) -> tuple[set[str], int, int] | None:
+    """Random commands through the instances in turn: ``(ids, accepted, rejected)``, or None
+    after an unexpected answer."""
+    sent_ids: set[str] = set()
+    accepted = rejected = 0
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("sending commands", total=commands)
+        for _ in range(commands):
+            aggregate, aggregate_id, command, arguments = random_command(menu, rng)
+            # Any instance will do: one that does not own the aggregate redirects (307).
+            target = instances[len(sent_ids) % len(instances)]
+            status, body = http(
+                "POST", f"{target.url}/commands/{aggregate}/{aggregate_id}/{command}", arguments
+            )
+            sent_ids.add(aggregate_id)
+            if status == 200:
+                accepted += 1
+            elif status == 422:
+                rejected += 1
+            else:
+                console.print(f"[red]unexpected {status} for {command} {aggregate_id}: {body}")
+                return None
+            progress.advance(task)
+    return sent_ids, accepted, rejected
+
+
+def _check_stores(
+    console: Console,
+    bootstrap: str,
     definition: Service,
     settings: Settings,
-    bootstrap: str,
     instances: list[InstanceProcess],
-    traffic: _Traffic,
+    keys: set[str],
+    summary: str,
 ) -> int:
-    """Print every store's every key, computed and queried; 0 when all match."""
-    sent_at = time.monotonic()
-    stores = fold_service(bootstrap, definition.projections, settings.events_topic)
-    folded_after = time.monotonic() - sent_at
+    """Every store read back and compared with a plain fold of its topic, an ordered store's
+    range between two times, then (with several instances) the cluster tour."""
     instance = instances[0]
-    queried = _wait_for(instance.url, stores, timeout=60)
+    sent_at = time.monotonic()
+    events = settings.events_topic
+    layout = {events: settings.partitions} | dict(definition.demo.topics if definition.demo else {})
+    shown = [p for p in definition.projections if not is_hidden(p)]
+    projections = [p for p in shown if p.source_topic(events) in layout]
+    expected = demo_stores.expected_stores(bootstrap, projections, events, layout)
+    if any(isinstance(p, Join) for p in shown):  # their keys are not the commands' ids
+        graph = fold_service(bootstrap, definition.projections, events)
+        projections += [p for p in shown if isinstance(p, Join)]
+        expected |= {s: v for s, v in graph.items() if isinstance(definition.projection(s), Join)}
+        keys |= {key for values in graph.values() for key in values}
+    folded_after = time.monotonic() - sent_at
+    ordered_keys = sorted(keys)
+    queried = demo_stores.wait_served(instance.url, projections, expected, ordered_keys, 60)
     visible_after = time.monotonic() - sent_at
-    table = Table(
-        title=f"stores after {traffic.accepted} accepted and {traffic.rejected} rejected "
-        f"commands and {traffic.records} records of other producers"
+    mismatches = demo_stores.compare(
+        console, projections, expected, queried, ordered_keys, f"stores after {summary}"
     )
-    for column in ("store", "key", "computed from the topics", "queried", ""):
-        table.add_column(column)
-    mismatches = 0
-    for store, expected in stores.items():
-        for key in sorted(expected):
-            want, got = expected[key], queried[store].get(key)
-            mismatches += want != got
-            mark = "[green]ok" if want == got else "[red]MISMATCH"
-            table.add_row(store, key, str(want), str(got), mark)
-    console.print(table)
     console.print(
-        f"queried values matched the computation {visible_after:.2f}s after the last command "
-        f"was acknowledged (reading the topics back for it took {folded_after:.2f}s)"
+        f"queried values matched the fold {visible_after:.2f}s after the last write was "
+        f"acknowledged (reading the topics back for the fold took {folded_after:.2f}s)"
     )
+    for projection in projections:
+        if projection.kind == "ordered" and not demo_stores.show_range(
+            console, instance.url, projection, expected[projection.store]
+        ):
+            mismatches += 1
     if mismatches:
         console.print(f"[red]{mismatches} mismatches; instance log tail:\n{instance.log_tail()}")
         return 1
-    if len(instances) > 1 and stores:
-        store = next(iter(stores))
-        values = {k: v for k, v in stores[store].items() if v is not None}
-        if not tour(console, instances, store, values):
+    point = next((p.store for p in projections if p.kind == "point"), None)
+    if len(instances) > 1 and point is not None:
+        values = {k: v for k, v in expected[point].items() if v is not None}
+        if not tour(console, instances, point, values):
             console.print("[red]the cluster tour failed; see the table above")
             return 1
     console.print("[green]demo passed")
     return 0
-
-
-def _wait_for(
-    url: str, stores: dict[str, dict[str, Any]], timeout: float
-) -> dict[str, dict[str, Any]]:
-    """Query every key of every store until all match (or ``timeout``); returns the last
-    values seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        queried = {s: {k: _lookup(url, s, k) for k in keys} for s, keys in stores.items()}
-        if queried == stores or time.monotonic() > deadline:
-            return queried
-        time.sleep(0.05)
-
-
-def _lookup(url: str, store: str, key: str) -> Any:
-    status, body = http("GET", f"{url}/stores/{store}/keys/{key}")
-    return body["value"] if status == 200 else None

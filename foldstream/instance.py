@@ -80,6 +80,9 @@ class Instance:
             command_counts=lambda: self.handler.counts() if self.handler else None,
             cluster=lambda: self.node.figures() if self.node else None,
         )
+        for projection in service.projections:
+            if projection.kind == "windowed":  # its late records counted from 0, not absent
+                self.metrics.late_records.labels(projection.store)
         limits = settings.limits
         if authentication is None:
             authentication = auth.configured(settings, service.authentication)
@@ -165,7 +168,12 @@ class Instance:
             layout = await asyncio.to_thread(self.prepare)
         self._prepared = None  # a later start checks again
         events = settings.events_topic
+        if not self.service.aggregates and all(
+            p.source_topic(events) != events for p in self.service.projections
+        ):
+            layout = {t: n for t, n in layout.items() if t != events}  # no partitions to own
         stores = store_layouts(self.service, settings)
+        formats = {p.store: p.table_format for p in self.service.projections}
         async with contextlib.AsyncExitStack() as stack:
             handler = commands = None
             if self.service.aggregates:
@@ -198,6 +206,8 @@ class Instance:
                 host=settings.store_host,
                 on_task=self.metrics.observe_task,
                 on_poison=self.metrics.observe_poison,
+                on_late=self.metrics.observe_late,
+                formats=formats,
             )
             host.start()
             stack.callback(host.stop)
@@ -229,12 +239,16 @@ class Instance:
                 fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
             )
             stack.callback(replicas.close)
-            local = LocalStores(settings.state_dir, host=host, standby_read=replicas.get)
+            local = LocalStores(
+                settings.state_dir,
+                host=host,
+                standby_read=replicas.get,
+                standby_scan=replicas.scan,
+                formats=formats,
+            )
             stack.callback(local.close)
             store_info = {  # what is queryable: hidden stores are not
-                p.store: StoreInfo(
-                    p.source_topic(events), layout[p.source_topic(events)], p.partitioner
-                )
+                p.store: StoreInfo.of(p, p.source_topic(events), layout[p.source_topic(events)])
                 for p in self.service.projections
                 if not is_hidden(p)
             }

@@ -49,11 +49,14 @@ def check_state_dir(path: Path) -> None:
 
 
 def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout]:
-    """Each store's source and changelog topics."""
+    """Each store's source and changelog topics, and its partitions' format."""
     events = settings.events_topic
     return {
         p.store: StoreLayout(
-            p.source_topic(events), settings.changelog_topic(p.store), settings.on_stale_state
+            p.source_topic(events),
+            settings.changelog_topic(p.store),
+            settings.on_stale_state,
+            p.table_format,
         )
         for p in service.projections
     }

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
-from foldstream.kafka import Partitioner
 from foldstream.projections import Projection
 from foldstream.projections.graph import bind
 
@@ -30,17 +29,24 @@ if TYPE_CHECKING:
     from foldstream.auth import Check
 
 
-@dataclass(frozen=True)
-class DemoRecords:
-    """Records ``foldstream demo`` writes to ``topic``, a topic the service reads and another
-    producer writes (price ticks, say), as that producer would (its ``partitioner``): keys are
-    the words the demo fills text arguments of commands with, values ``value(rng)`` (JSON),
-    about ``per_command`` records per command sent."""
+class DemoRecord(NamedTuple):
+    """A record the demo writes to ``topic`` for a service's stores to fold: ``key``,
+    ``value`` (None: a tombstone) and ``timestamp`` (epoch milliseconds; None: now)."""
 
     topic: str
-    value: Callable[[random.Random], Any]
-    partitioner: Partitioner = "murmur2"
-    per_command: float = 0.25
+    key: bytes
+    value: bytes | None
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class DemoRecords:
+    """What ``foldstream demo`` writes for a service whose stores read other producers'
+    topics: it creates ``topics`` (``{topic: partitions}``) and writes what ``records(rng)``
+    gives, partitioned as the stores reading each topic declare."""
+
+    topics: Mapping[str, int]
+    records: Callable[[random.Random], Iterable[DemoRecord]]
 
 
 @dataclass(frozen=True)
@@ -56,16 +62,16 @@ class Service:
     :attr:`codec` decodes the events of the service's own aggregates and of nothing else; its
     projections are given it (:meth:`Projection.for_events`), and so is its command side.
     :attr:`projections` also holds the hidden stores that forward events to multi-input stores
-    (:func:`foldstream.projections.graph.bind`). ``demo_records``: what ``foldstream demo``
-    writes to the topics other producers write.
+    (:func:`foldstream.projections.graph.bind`). ``demo``: the records ``foldstream demo``
+    writes to other producers' topics (a service without commands has nothing else to show).
     """
 
     name: str
     aggregates: Mapping[str, type[Aggregate]] = field(default_factory=dict)
     projections: Sequence[Projection] = ()
     authentication: Check | Middleware | None = None
-    demo_records: Sequence[DemoRecords] = ()
     codec: EventCodec = field(init=False, repr=False, compare=False)
+    demo: DemoRecords | None = None
 
     def __post_init__(self) -> None:
         codec = EventCodec(self.aggregates.values())

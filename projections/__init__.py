@@ -1,7 +1,9 @@
 """Projections: folds of a topic into a named, queryable store (one RocksDB per partition).
 
 ``EventProjection(store, fold)`` folds the service's domain events; ``LatestValue(store, topic)``
-keeps the latest value of every key of any topic (KTable semantics, tombstones delete).
+keeps the latest value of every key of any topic (KTable semantics, tombstones delete);
+``OrderedProjection(store, entry=...)`` keeps entries under each key sorted by a sort key (range
+queries); ``WindowedAggregate(store, fold=..., size=...)`` folds each key per time window.
 ``EventProjection(store, fold, key=...)``, ``Join(store, inputs=[Events(...), Changes(...)])``
 and ``Aggregation(store, source=..., group_by=..., add=..., subtract=...)`` fold under other
 keys than their inputs' (re-keying, joins, chained stores: ``docs/rekeying-and-joins.md``).
@@ -10,7 +12,9 @@ keys than their inputs' (re-keying, joins, chained stores: ``docs/rekeying-and-j
 from __future__ import annotations
 
 from foldstream.projections.joins import Aggregation, Change, Changes, Events, Join
+from foldstream.projections.ordered import OrderedProjection, field_entry
 from foldstream.projections.projection import EventProjection, LatestValue, Projection
+from foldstream.projections.windows import WindowedAggregate
 
 __all__ = [
     "Aggregation",
@@ -20,5 +24,8 @@ __all__ = [
     "Events",
     "Join",
     "LatestValue",
+    "OrderedProjection",
     "Projection",
+    "WindowedAggregate",
+    "field_entry",
 ]

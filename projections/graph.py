@@ -75,6 +75,11 @@ def bind(projections: Sequence[Projection]) -> tuple[Projection, ...]:
                         f"store {projection.store!r} reads the changes of {name!r}, which is "
                         f"not a store of the service; stores: {sorted(stores)}"
                     )
+                if stores[name].kind != "point":
+                    raise ConfigurationError(
+                        f"store {projection.store!r} reads the changes of {name!r}, a "
+                        f"{stores[name].kind} store: only point stores forward their changes"
+                    )
             if any(isinstance(i, Events) for i in projection.inputs):
                 bound.append(
                     Forwarder(

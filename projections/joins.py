@@ -43,8 +43,8 @@ from foldstream.projections.projection import (
     ErrorPolicy,
     Fold,
     Projection,
-    _check,
     _compact_json,
+    check_declaration,
 )
 
 
@@ -197,7 +197,7 @@ class Join(Projection):
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check(self)
+        check_declaration(self)
         object.__setattr__(self, "inputs", tuple(self.inputs))
         if not self.inputs or not all(isinstance(i, Events | Changes) for i in self.inputs):
             raise ConfigurationError(

@@ -87,6 +87,7 @@ class Folded:
     dead_letters: Any = None  # the producer of its dead-letter records, if it sent any
     forwarded: Any = None  # the producer of its forwarded records, if it sent any
     stop: PartitionStop | None = None  # where the partition stopped (policy ``stop``)
+    late: int = 0  # records a windowed store dropped as late
 
     def on_delivery(self, error: Any, message: Any) -> None:
         """Delivery report of a dead-letter or a forwarded record."""

@@ -13,15 +13,18 @@ announcement's other example, as a re-keyed join.
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Iterator
 from numbers import Real
 from typing import Any
 
 from foldstream.domain import Aggregate, DomainRuleViolation, command, event
 from foldstream.projections import Changes, EventProjection, Events, Join, LatestValue
-from foldstream.service import DemoRecords, Service
+from foldstream.service import DemoRecord, DemoRecords, Service
 
 PRICES_TOPIC = "market.prices"
+PRICE_PARTITIONS = 3
 
 
 class Account(Aggregate):
@@ -112,8 +115,13 @@ def set_price(state: dict[str, Any] | None, change: Any) -> dict[str, Any]:
     return _valued({**_exposure(state, change.key), "price": price})
 
 
-def _tick(rng: random.Random) -> dict[str, float]:
-    return {"price": round(rng.uniform(1, 100), 2)}
+def demo_ticks(rng: random.Random) -> Iterator[DemoRecord]:
+    """``foldstream demo``'s price ticks: two of each asset the demo trades (its words)."""
+    from foldstream.demo import WORDS  # not on the services' import path: only the demo's
+
+    for asset in [*WORDS, *WORDS]:
+        price = {"price": round(rng.uniform(1, 100), 2)}
+        yield DemoRecord(PRICES_TOPIC, asset.encode(), json.dumps(price).encode())
 
 
 service = Service(
@@ -127,5 +135,5 @@ service = Service(
             inputs=[Events(add_trade, key=traded_asset), Changes("prices", fold=set_price)],
         ),
     ],
-    demo_records=[DemoRecords(PRICES_TOPIC, _tick, partitioner="murmur2")],
+    demo=DemoRecords(topics={PRICES_TOPIC: PRICE_PARTITIONS}, records=demo_ticks),
 )

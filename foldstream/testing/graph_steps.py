@@ -10,9 +10,8 @@ every copy, compared with a plain-Python computation of the whole graph from the
     Then store "exposure" dead-lettered what was forwarded from the last record of "market.prices" with key "X", naming the store, the topic, the partition and the offset
 
 Works on one instance (``Given the service ... is running``) and on a cluster (``Given a
-cluster of ...``). The demo's records of other producers (price ticks, say:
-:class:`~foldstream.service.DemoRecords`) are written with the commands; their topics must
-exist before the service starts (``Given the topic "..." has 3 partitions``).
+cluster of ...``). The service's demo records (price ticks, say: :class:`~foldstream.service.DemoRecords`) are
+written before and after the commands; their topics must exist before the service starts (``Given the topic "..." has 3 partitions``).
 """  # noqa: E501 - the sentences are quoted whole
 
 from __future__ import annotations
@@ -21,11 +20,11 @@ import json
 import random
 from typing import Any
 
-from confluent_kafka import Producer
 from pytest_bdd import parsers, then, when
 
-from foldstream.demo import command_menu, random_command, random_records
-from foldstream.kafka import partition_for, producer_config, read_to_end, topic_partitions
+from foldstream.demo import command_menu, random_command
+from foldstream.demo_stores import write_demo_records
+from foldstream.kafka import read_to_end, topic_partitions
 from foldstream.kafka_client import admin_client
 from foldstream.process import InstanceProcess, http, lookup, wait_cluster_stable
 from foldstream.projections.graph import is_hidden
@@ -66,10 +65,13 @@ def _traffic(
     commands: int,
     kill: tuple[int, int] | None = None,
 ) -> None:
+    """``commands`` random commands; the service's demo records (if any) written before and
+    after them, so that other producers' records come both before and after the events."""
     members = _members(instance, cluster_state)
     service, _ = service_of(instance)
     menu, rng = command_menu(service), random.Random(commands)
-    producer = Producer(producer_config(instance.bootstrap)) if service.demo_records else None
+    if service.demo is not None:
+        write_demo_records(instance.bootstrap, service, rng)
     accepted = 0
     for turn in range(commands):
         if kill is not None and turn == kill[1]:
@@ -77,14 +79,8 @@ def _traffic(
         aggregate, aggregate_id, command, arguments = random_command(menu, rng)
         path = f"/commands/{aggregate}/{aggregate_id}/{command}"
         accepted += _send(members, turn, path, arguments) == 200
-        for records, key, value in random_records(service, rng):
-            assert producer is not None
-            partitions = topic_partitions(admin_client(instance.bootstrap), records.topic)
-            assert partitions, f"the topic {records.topic!r} does not exist"
-            partition = partition_for(key, partitions, records.partitioner)
-            producer.produce(records.topic, key=key, value=value, partition=partition)
-    if producer is not None:
-        assert producer.flush(30) == 0
+    if service.demo is not None:
+        write_demo_records(instance.bootstrap, service, rng)
     assert accepted, "no command was accepted"
 
 
