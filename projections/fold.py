@@ -31,7 +31,6 @@ queued with the changelog records, and forwarded records applied already are ski
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 from collections import Counter
@@ -43,7 +42,7 @@ from foldstream.errors import BrokerUnavailable, UndecodableRecord
 from foldstream.projections.chunks import (
     FOLD_CHUNK_RECORDS,
     Records,
-    offset_of,
+    not_applied,
     partition_chunks,
 )
 from foldstream.projections.ordered import OrderedStore
@@ -105,9 +104,7 @@ def fold_and_send(
     ``stage`` skips forwarded records applied already, and forwards changes.
     """
     applied_offset = writer.applied_offset()
-    fresh = records
-    if applied_offset is not None:
-        fresh = records[bisect.bisect_right(records, applied_offset, key=offset_of) :]
+    fresh = not_applied(records, applied_offset)
     if not fresh:
         return None
     folded = Folded(writer, changelog)

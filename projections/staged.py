@@ -8,14 +8,13 @@ Stores of none of these kinds fold as before, without any of it
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable, UndecodableRecord
-from foldstream.projections.chunks import Records, offset_of
+from foldstream.projections.chunks import Records, not_applied
 from foldstream.projections.dedup import APPLY, Marks, mark_key, origins_of
 from foldstream.projections.emit import Emitter, Pending, targets_of
 from foldstream.projections.forwarded import PROGRESS_KEY, RESERVED, Forwarded, parse_forwarded
@@ -183,9 +182,7 @@ def forward_and_send(
     emitter = stage.emitter
     assert emitter is not None
     applied_offset = writer.applied_offset()
-    fresh = records
-    if applied_offset is not None:
-        fresh = records[bisect.bisect_right(records, applied_offset, key=offset_of) :]
+    fresh = not_applied(records, applied_offset)
     if not fresh:
         return None
     emitter.load(writer.get)
