@@ -82,3 +82,21 @@ def test_an_input_of_changes_needs_a_fold_or_an_adder_and_subtractor() -> None:
         Changes("plays", group_by=genre)
     with pytest.raises(ConfigurationError, match="not both"):
         Changes("plays", fold=keep, group_by=genre, add=keep, subtract=keep)
+
+
+def test_reserved_keys_are_refused_by_lookups_batches_and_commands() -> None:
+    """Stores keep their marks and cursors under keys starting with a NUL byte: no request may
+    name one (a lookup, a batch, an aggregate id)."""
+    from foldstream.errors import InvalidRequest
+    from foldstream.http_input import InputLimits
+    from foldstream.query_api.batch import BadBatch, _keys
+
+    limits = InputLimits()
+    for raw in (b"%00cursor%00top5", b"%00"):
+        with pytest.raises(InvalidRequest, match="NUL byte is reserved"):
+            limits.key(raw)
+    with pytest.raises(InvalidRequest, match="aggregate id starting with a NUL"):
+        limits.key(b"%00mark", "aggregate id")
+    with pytest.raises(BadBatch, match="NUL byte is reserved"):
+        _keys(b'["ok", "\\u0000mark"]', limits)
+    assert limits.key(b"a%00b") == b"a\x00b"  # only the first byte is reserved
