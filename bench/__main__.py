@@ -3,7 +3,9 @@ figure of issue 5 (and the ordered stores' of issue 23) beside its reference, me
 run on an embedded broker, printed as a table and written as JSON
 (``bench/results/<timestamp>.json`` unless ``--json`` says where). ``--only`` runs some sections
 alone, e.g. ``--quick --only ordered``; ``rebuild`` runs the projection rebuild on ``local[2]``
-and on a 2-worker standalone Spark cluster, beside the plain consumer."""
+and on a 2-worker standalone Spark cluster, beside the plain consumer; ``rekey`` the two-stage
+stores' (issue 22: a chained store's freshness beside a single-stage one's, re-key throughput
+beside a plain confluent-kafka pipeline)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import cluster, lookups, ordered, rebuild, spark_standalone
+from bench import cluster, lookups, ordered, rebuild, rekey, spark_standalone
 from bench.inventory import PARTITIONS, inventory_figures
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
@@ -40,7 +42,7 @@ GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
 #: The sections of a run, in order. ``inventory`` compares freshness with the do-nothing
 #: micro-batches ``rebuild`` measures: it runs ``rebuild`` too.
-SECTIONS = ("rebuild", "lookups", "inventory", "cluster", "ordered")
+SECTIONS = ("rebuild", "lookups", "inventory", "cluster", "ordered", "rekey")
 
 
 def _sizes(quick: bool) -> dict[str, Any]:
@@ -61,6 +63,8 @@ def _sizes(quick: bool) -> dict[str, Any]:
             windowed_keys=100,
             range_customers=1_000,
             range_bookings=120,
+            rekey_probes=40,
+            rekey_events=5_000,
         )
     return dict(
         events=2_000_000,
@@ -78,6 +82,8 @@ def _sizes(quick: bool) -> dict[str, Any]:
         windowed_keys=500,
         range_customers=5_000,
         range_bookings=200,
+        rekey_probes=200,
+        rekey_events=100_000,
     )
 
 
@@ -202,6 +208,9 @@ def main() -> None:
         if "ordered" in sections:
             with EmbeddedBroker() as broker:
                 figures += ordered.ordered_figures(run, broker.bootstrap)
+        if "rekey" in sections:
+            with EmbeddedBroker() as broker:
+                figures += rekey.rekey_figures(run, broker.bootstrap)
     if run.memory:
         figures += _memory_figures(run.memory)
     about = {

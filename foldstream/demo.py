@@ -5,7 +5,9 @@ Starts a broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` is set) and the instances, s
 commands over HTTP (and, for a service that declares them, writes its demo records to the
 topics it reads: :class:`~foldstream.service.DemoRecords`), then compares what the query API
 serves, for every store, with a plain-Python fold of the topics
-(:func:`foldstream.projections.reference.fold_topic`, :mod:`foldstream.demo_stores`).
+(:func:`foldstream.projections.reference.fold_topic`, :mod:`foldstream.demo_stores`); re-keyed,
+chained and joined stores with a plain-Python computation of the service's whole graph
+(:func:`foldstream.projections.reference_graph.fold_service`).
 """
 
 from __future__ import annotations
@@ -29,12 +31,16 @@ from foldstream.cluster_tour import tour
 from foldstream.domain import commands_of
 from foldstream.errors import ConfigurationError
 from foldstream.process import InstanceProcess, http, wait_cluster_stable
+from foldstream.projections.graph import is_hidden
+from foldstream.projections.joins import Join
+from foldstream.projections.reference_graph import fold_service
 from foldstream.service import Service, load_service
 from foldstream.settings import Settings
 
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
 IDS_PER_AGGREGATE = 12
-_WORDS = ("red", "green", "blue", "north", "south", "small", "large")
+#: The words text arguments are filled with (and the keys of demo records that match them).
+WORDS = ("red", "green", "blue", "north", "south", "small", "large")
 
 
 @contextlib.contextmanager
@@ -57,7 +63,7 @@ def _random_value(kind: Any, rng: random.Random) -> Any:
     if kind is float:
         return round(rng.uniform(1, 20), 2)
     if kind is str:
-        return rng.choice(_WORDS)
+        return rng.choice(WORDS)
     raise TypeError(kind)
 
 
@@ -79,6 +85,15 @@ def command_menu(service: Service) -> list[tuple[str, str, dict[str, Any]]]:
             "bool, so the demo cannot invent commands for it; send commands with curl instead"
         )
     return menu
+
+
+def random_command(
+    menu: list[tuple[str, str, dict[str, Any]]], rng: random.Random
+) -> tuple[str, str, str, dict[str, Any]]:
+    """``(aggregate, aggregate id, command, arguments)`` picked at random from ``menu``."""
+    aggregate, command, kinds = rng.choice(menu)
+    aggregate_id = f"{aggregate}-{rng.randrange(IDS_PER_AGGREGATE):03d}"
+    return aggregate, aggregate_id, command, {p: _random_value(k, rng) for p, k in kinds.items()}
 
 
 def run_demo(
@@ -154,9 +169,7 @@ def _send_commands(
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("sending commands", total=commands)
         for _ in range(commands):
-            aggregate, command, kinds = rng.choice(menu)
-            aggregate_id = f"{aggregate}-{rng.randrange(IDS_PER_AGGREGATE):03d}"
-            arguments = {p: _random_value(k, rng) for p, k in kinds.items()}
+            aggregate, aggregate_id, command, arguments = random_command(menu, rng)
             # Any instance will do: one that does not own the aggregate redirects (307).
             target = instances[len(sent_ids) % len(instances)]
             status, body = http(
@@ -189,8 +202,14 @@ def _check_stores(
     sent_at = time.monotonic()
     events = settings.events_topic
     layout = {events: settings.partitions} | dict(definition.demo.topics if definition.demo else {})
-    projections = [p for p in definition.projections if p.source_topic(events) in layout]
+    shown = [p for p in definition.projections if not is_hidden(p)]
+    projections = [p for p in shown if p.source_topic(events) in layout]
     expected = demo_stores.expected_stores(bootstrap, projections, events, layout)
+    if any(isinstance(p, Join) for p in shown):  # their keys are not the commands' ids
+        graph = fold_service(bootstrap, definition.projections, events)
+        projections += [p for p in shown if isinstance(p, Join)]
+        expected |= {s: v for s, v in graph.items() if isinstance(definition.projection(s), Join)}
+        keys |= {key for values in graph.values() for key in values}
     folded_after = time.monotonic() - sent_at
     ordered_keys = sorted(keys)
     queried = demo_stores.wait_served(instance.url, projections, expected, ordered_keys, 60)

@@ -29,6 +29,10 @@ MIN_INT = -(2**63)
 #: would fail its whole transaction, and with it every command queued beside it.
 MAX_EVENT_BYTES = 1_000_000 - 1_024
 _DIGITS = re.compile(r"[0-9]{1,19}")
+#: Stores keep their bookkeeping under keys starting with a NUL byte (the marks and cursors of
+#: re-keyed and chained stores): no request may name one.
+RESERVED_KEY_PREFIX = b"\x00"
+RESERVED_KEYS = "such keys hold stores' bookkeeping"
 Params = list[tuple[str, str]]
 
 
@@ -72,6 +76,8 @@ class InputLimits:
             raise InvalidRequest(
                 f"the {what} is {len(key)} bytes long; at most {self.max_key_bytes}"
             )
+        if key.startswith(RESERVED_KEY_PREFIX):
+            raise InvalidRequest(f"a {what} starting with a NUL byte is reserved: {RESERVED_KEYS}")
         return key
 
     def name(self, raw: bytes, what: str) -> str:

@@ -37,6 +37,7 @@ from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
 from foldstream.openapi import openapi_document
 from foldstream.preflight import prepare, store_layouts
+from foldstream.projections.graph import is_hidden
 from foldstream.projections.runner import ProjectionRunner, query_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
@@ -89,7 +90,7 @@ class Instance:
             title=service.name,
             version=foldstream_version(),
             commands=command_arguments(service.aggregates),
-            stores=[p.store for p in service.projections],
+            stores=[p.store for p in service.projections if not is_hidden(p)],
             limits=limits,
             commands_secured=bool(authentication),
             queries_secured=any(auth.protects_queries(m) for m in authentication),
@@ -246,9 +247,10 @@ class Instance:
                 formats=formats,
             )
             stack.callback(local.close)
-            store_info = {
+            store_info = {  # what is queryable: hidden stores are not
                 p.store: StoreInfo.of(p, p.source_topic(events), layout[p.source_topic(events)])
                 for p in self.service.projections
+                if not is_hidden(p)
             }
             readers = StoreReaders(store_info, local)
             node = ClusterNode(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
 from foldstream.projections import Projection
+from foldstream.projections.graph import bind
 
 if TYPE_CHECKING:
     from starlette.middleware import Middleware
@@ -60,8 +61,9 @@ class Service:
 
     :attr:`codec` decodes the events of the service's own aggregates and of nothing else; its
     projections are given it (:meth:`Projection.for_events`), and so is its command side.
-    ``demo``: the records ``foldstream demo`` writes to other producers' topics (a service
-    without commands has nothing else to show).
+    :attr:`projections` also holds the hidden stores that forward events to multi-input stores
+    (:func:`foldstream.projections.graph.bind`). ``demo``: the records ``foldstream demo``
+    writes to other producers' topics (a service without commands has nothing else to show).
     """
 
     name: str
@@ -75,7 +77,7 @@ class Service:
         codec = EventCodec(self.aggregates.values())
         object.__setattr__(self, "codec", codec)
         object.__setattr__(
-            self, "projections", tuple(p.for_events(codec) for p in self.projections)
+            self, "projections", bind([p.for_events(codec) for p in self.projections])
         )
         stores = [p.store for p in self.projections]
         duplicated = {s for s in stores if stores.count(s) > 1}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.kafka_client import admin_client, wait_for_cluster
+from foldstream.projections.joins import Join
 
 if TYPE_CHECKING:
     from foldstream.projections.projection import Projection
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
 
 def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str, int]:
     """Create the service's topics that are missing (or, with ``settings.create_topics``
-    false, fail naming them); return ``{topic: partitions}`` of every source topic.
+    false, fail naming them); return ``{topic: partitions}`` of every source topic (the
+    repartition topics of multi-input stores among them).
 
     Fails at once, with one clear error, when the cluster rejects the client's credentials or
     TLS settings (:func:`~foldstream.kafka_client.wait_for_cluster`)."""
@@ -30,7 +32,11 @@ def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str
     layout = {settings.events_topic: settings.partitions}
     for projection in projections:
         topic = projection.source_topic(settings.events_topic)
-        if topic not in layout:
+        if topic not in layout and isinstance(projection, Join):
+            # A multi-input store's repartition topic is the service's own.
+            specs.append(TopicSpec(topic, projection.partitions or settings.partitions))
+            layout[topic] = specs[-1].partitions
+        elif topic not in layout:
             count = topic_partitions(admin, topic)
             if count is None:
                 raise ConfigurationError(

@@ -4,16 +4,25 @@
 keeps the latest value of every key of any topic (KTable semantics, tombstones delete);
 ``OrderedProjection(store, entry=...)`` keeps entries under each key sorted by a sort key (range
 queries); ``WindowedAggregate(store, fold=..., size=...)`` folds each key per time window.
+``EventProjection(store, fold, key=...)``, ``Join(store, inputs=[Events(...), Changes(...)])``
+and ``Aggregation(store, source=..., group_by=..., add=..., subtract=...)`` fold under other
+keys than their inputs' (re-keying, joins, chained stores: ``docs/rekeying-and-joins.md``).
 """
 
 from __future__ import annotations
 
+from foldstream.projections.joins import Aggregation, Change, Changes, Events, Join
 from foldstream.projections.ordered import OrderedProjection, field_entry
 from foldstream.projections.projection import EventProjection, LatestValue, Projection
 from foldstream.projections.windows import WindowedAggregate
 
 __all__ = [
+    "Aggregation",
+    "Change",
+    "Changes",
     "EventProjection",
+    "Events",
+    "Join",
     "LatestValue",
     "OrderedProjection",
     "Projection",

@@ -4,6 +4,7 @@ with) to ``{partition: records}``, and then to chunks of one partition's records
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -89,3 +90,10 @@ def partition_chunks(
 
 def offset_of(item: tuple[int, EventRecord]) -> int:
     return item[0]
+
+
+def not_applied(records: Records, applied_offset: int | None) -> Records:
+    """The records of ``records`` (in offset order) after ``applied_offset``."""
+    if applied_offset is None:
+        return records
+    return records[bisect.bisect_right(records, applied_offset, key=offset_of) :]

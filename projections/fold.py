@@ -23,11 +23,14 @@ A record the projection cannot fold is a poison record (:mod:`~foldstream.projec
 tried again a few times, then dead-lettered (queued with the chunk's changelog records, and
 acknowledged before the chunk commits), skipped, or the end of the partition's folding in this
 instance (its store's ``on_error``).
+
+Stores of a multi-stage graph (a store whose changes others read, a multi-input store, a hidden
+forwarder) fold through a :class:`~foldstream.projections.staged.Stage`: forwarded records are
+queued with the changelog records, and forwarded records applied already are skipped.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 from collections import Counter
@@ -39,7 +42,7 @@ from foldstream.errors import BrokerUnavailable, UndecodableRecord
 from foldstream.projections.chunks import (
     FOLD_CHUNK_RECORDS,
     Records,
-    offset_of,
+    not_applied,
     partition_chunks,
 )
 from foldstream.projections.ordered import OrderedStore
@@ -52,6 +55,7 @@ from foldstream.projections.poison import (
     apply_retried,
 )
 from foldstream.projections.projection import Projection
+from foldstream.projections.staged import Stage, Staging
 from foldstream.projections.task_output import (
     MAX_VALUE_BYTES,
     ChangelogTarget,
@@ -90,24 +94,24 @@ def fold_and_send(
     records: Records,
     changelog: ChangelogTarget | None,
     poison: PoisonPolicy | None = None,
+    stage: Stage | None = None,
 ) -> Folded | None:
     """Fold the records of ``records`` not applied yet into ``writer`` (uncommitted) and queue
     every changed key's new value for the changelog; None when all were applied already.
 
     A record that cannot be folded is tried again, then handled by ``poison`` (raised when it
-    is None); with the ``stop`` policy the fold ends before it (:attr:`Folded.stop`).
+    is None); with the ``stop`` policy the fold ends before it (:attr:`Folded.stop`). A
+    ``stage`` skips forwarded records applied already, and forwards changes.
     """
     applied_offset = writer.applied_offset()
-    fresh = records
-    if applied_offset is not None:
-        fresh = records[bisect.bisect_right(records, applied_offset, key=offset_of) :]
+    fresh = not_applied(records, applied_offset)
     if not fresh:
         return None
     folded = Folded(writer, changelog)
     if isinstance(projection, OrderedStore):
         changed = fold_ordered(projection, writer, fresh, folded, poison)
     else:
-        changed = _fold_points(projection, writer, fresh, folded, poison)
+        changed = _fold_points(projection, writer, fresh, folded, poison, stage)
     if changelog is not None and changed:
         send_changes(folded, changelog, changed, applied_offset)
     return folded
@@ -119,11 +123,18 @@ def _fold_points(
     fresh: Records,
     folded: Folded,
     poison: PoisonPolicy | None,
+    stage: Stage | None = None,
 ) -> dict[bytes, bytes | None]:
     changed: dict[bytes, bytes | None] = {}
     apply, get = projection.apply, writer.get
+    if stage is not None:
+        stage.load(get)
+        apply = stage.wrap(apply)
     applied, last_offset = 0, None
     for offset, record in fresh:
+        if stage is not None and not stage.admit(offset, record):
+            applied, last_offset = applied + 1, offset  # applied already: moved past
+            continue
         key = record.key
         current = None if key is None else get(key)  # the store host's errors are not records'
         try:
@@ -135,12 +146,14 @@ def _fold_points(
         except Exception as error:
             if poison is None:
                 raise
-            new_value, poisoned = _retry_or_handle(
+            new_value, poisoned = retry_or_handle(
                 folded, poison, apply, offset, record, current, error
             )
             if poisoned:
                 if folded.stop is not None:
                     break
+                if stage is not None:
+                    stage.passed()
                 applied, last_offset = applied + 1, offset
                 continue
         if new_value is None:
@@ -148,7 +161,11 @@ def _fold_points(
         else:
             writer.put(key, new_value)
         changed[key] = new_value
+        if stage is not None:
+            stage.folded(folded, record)
         applied, last_offset = applied + 1, offset
+    if stage is not None and last_offset is not None:
+        changed.update(stage.finish(writer))
     folded.applied, folded.last_offset = applied, last_offset
     return changed
 
@@ -164,7 +181,7 @@ def _too_large(key: bytes, value: bytes | None) -> None:
     )
 
 
-def _retry_or_handle(
+def retry_or_handle(
     folded: Folded,
     poison: PoisonPolicy,
     apply: Apply,
@@ -229,7 +246,8 @@ class _FoldTask:
         from foldstream.service import load_service
 
         self.store = options["store"]
-        self.projection = load_service(options["service"]).projection(self.store)
+        service = load_service(options["service"])
+        self.projection = service.projection(self.store)
         self.host, self.authkey = options["store_host"], bytes.fromhex(options["store_token"])
         self.source_topic = options.get("topic", "")
         self.changelog_topic = options.get("changelog_topic")
@@ -239,6 +257,7 @@ class _FoldTask:
             if self.changelog_topic or self.dead_letter_topic
             else None
         )
+        self.staging = Staging.of(options, self.projection, service.projections, self.producer)
         self.steps = TaskSteps()
         self.handled = 0
         self.applied: dict[int, tuple[int, int]] = {}
@@ -268,7 +287,9 @@ class _FoldTask:
             self.settle()
         try:
             with self.steps.step("read"):
-                keys = self.projection.read_keys(records)
+                stage = None if self.staging is None else self.staging.stage(partition)
+                read_keys = self.projection.read_keys if stage is None else stage.keys
+                keys = read_keys(records)
                 writer = RemotePartition(self.host, self.authkey, self.store, partition, keys)
             changelog = None
             if self.producer is not None and self.changelog_topic:
@@ -288,7 +309,10 @@ class _FoldTask:
                 self.dead_letter_topic,
             )
             with self.steps.step("fold"):
-                folded = fold_and_send(self.projection, writer, records, changelog, poison)
+                if stage is None:
+                    folded = fold_and_send(self.projection, writer, records, changelog, poison)
+                else:
+                    folded = stage.fold(writer, records, changelog, poison)
         except PartitionClosed:
             self.moved.add(partition)
             return

@@ -91,21 +91,40 @@ class EventProjection(Projection):
     and returns the new JSON-serialisable state, or None to delete the key. Events are decoded
     with the codec of the service the projection belongs to, which accepts the service's own
     aggregates' events only (a projection outside a service decodes none).
+
+    With ``key``, each event is folded under the key ``key(event)`` returns instead (None:
+    the event is left out): a re-keyed store, which a :class:`~foldstream.service.Service`
+    makes a :class:`~foldstream.projections.joins.Join` of one input of events (its records
+    travel through a repartition topic: ``docs/rekeying-and-joins.md``).
     """
 
     store: str
     fold: Fold
     partitioner: Partitioner = "murmur2"
     on_error: ErrorPolicy = "dead-letter"
+    key: Callable[[Any], str | None] | None = None
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_declaration(self)
+        if self.key is not None and self.partitioner != "murmur2":
+            raise ConfigurationError(
+                f"store {self.store!r}: a re-keyed store is partitioned with murmur2"
+            )
 
-    def for_events(self, codec: EventCodec) -> EventProjection:
+    def for_events(self, codec: EventCodec) -> Projection:
+        if self.key is not None:
+            from foldstream.projections.joins import Events, Join
+
+            rekeyed = Join(self.store, [Events(self.fold, key=self.key)], on_error=self.on_error)
+            return rekeyed.for_events(codec)
         return dataclasses.replace(self, _codec=codec)
 
     def source_topic(self, events_topic: str) -> str:
+        if self.key is not None:
+            raise ConfigurationError(
+                f"store {self.store!r} is re-keyed: it is folded as part of a Service only"
+            )
         return events_topic
 
     def apply(self, current: bytes | None, record: EventRecord) -> bytes | None:

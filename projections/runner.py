@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from tenacity import RetryCallState, Retrying, wait_exponential
 
 from foldstream.kafka_client import spark_options
+from foldstream.projections.graph import forwards_option
 from foldstream.projections.projection import Projection
 from foldstream.projections.source import write_owned
 from foldstream.state.host import StoreHost
@@ -210,6 +211,8 @@ class ProjectionRunner:
             .option("store_token", self.host.authkey.hex())
             .option("changelog_topic", settings.changelog_topic(projection.store))
             .option("dead_letter_topic", settings.dead_letter_topic(projection.store))
+            # Where its tasks forward its changes (stores others read: docs/rekeying-and-joins.md)
+            .option("forwards", self._forwards(projection))
             # The tasks' Kafka clients get the instance's client properties (security).
             .options(**spark_options())
             .load()
@@ -221,6 +224,11 @@ class ProjectionRunner:
             .queryName(query_name(settings.service, projection.store))
             .option("checkpointLocation", str(scratch / uuid.uuid4().hex))
             .start()
+        )
+
+    def _forwards(self, projection: Projection) -> str:
+        return forwards_option(
+            self.projections, projection.store, self.settings.events_topic, self.partitions
         )
 
     def _supervise_loop(self) -> None:

@@ -85,11 +85,12 @@ class Folded:
     #: Poison records by outcome (:mod:`~foldstream.projections.poison`).
     outcomes: Counter[str] = field(default_factory=Counter)
     dead_letters: Any = None  # the producer of its dead-letter records, if it sent any
+    forwarded: Any = None  # the producer of its forwarded records, if it sent any
     stop: PartitionStop | None = None  # where the partition stopped (policy ``stop``)
     late: int = 0  # records a windowed store dropped as late
 
     def on_delivery(self, error: Any, message: Any) -> None:
-        """Delivery report of a dead-letter record."""
+        """Delivery report of a dead-letter or a forwarded record."""
         if error is not None:
             self.errors.append(str(error))
 
@@ -138,12 +139,13 @@ def send_changes(
 
 
 def await_changelog(folded: Iterable[Folded]) -> None:
-    """Wait until the changelog and dead-letter records of ``folded`` are all acknowledged
-    (one wait for all of them: their partitions' acknowledgements come back in the same round
-    trips), or raise :class:`BrokerUnavailable`."""
+    """Wait until the changelog, dead-letter and forwarded records of ``folded`` are all
+    acknowledged (one wait for all of them: their partitions' acknowledgements come back in the
+    same round trips), or raise :class:`BrokerUnavailable`."""
     folded = list(folded)
     producers = {f.changelog.producer for f in folded if f.changelog is not None}
     producers |= {f.dead_letters for f in folded if f.dead_letters is not None}
+    producers |= {f.forwarded for f in folded if f.forwarded is not None}
     unsent = sum(p.flush(CHANGELOG_ACK_TIMEOUT_S) for p in producers)
     failed = [f for f in folded if f.errors]
     if unsent or failed:

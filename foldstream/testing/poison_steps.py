@@ -232,7 +232,7 @@ def different_partitions(broker: EmbeddedBroker, first: str, second: str, topic:
     assert partition_for(first.encode(), count) != partition_for(second.encode(), count)
 
 
-def _dead_letters(instance: InstanceProcess, store: str) -> list[Any]:
+def dead_letters(instance: InstanceProcess, store: str) -> list[Any]:
     """Every record of ``store``'s dead-letter topic."""
     definition, settings = service_of(instance)
     topic = settings.dead_letter_topic(store)
@@ -251,7 +251,7 @@ def _dead_lettered(instance: InstanceProcess, store: str, record: Written, error
     }
 
     def found() -> Any:
-        for message in _dead_letters(instance, store):
+        for message in dead_letters(instance, store):
             headers = dict(message.headers() or ())
             if all(headers.get(name) == value for name, value in coordinates.items()):
                 return message
@@ -284,7 +284,7 @@ def dead_lettered_keyless(
 
 @then(parsers.parse('nothing was dead-lettered for "{key}" by store "{store}"'))
 def nothing_dead_lettered(instance: InstanceProcess, key: str, store: str) -> None:
-    keys = [m.key() for m in _dead_letters(instance, store)]
+    keys = [m.key() for m in dead_letters(instance, store)]
     assert key.encode() not in keys, keys
 
 

@@ -1,0 +1,135 @@
+"""The records a store forwards into a multi-input store's repartition topic, and the keys a
+store partition reserves for forwarding's bookkeeping.
+
+A forwarded record's key is the key it is folded under downstream (the *new* key), its
+partition ``murmur2(key) % partitions`` of the repartition topic (as a Java producer would put
+it: the query router finds it there), and two headers say where it comes from:
+
+==============================  ================================================================
+header                          value (ASCII unless said)
+==============================  ================================================================
+``foldstream-forward``          ``<input> <kind> <emitter> <topic> <partition> <offset> <seq>
+                                <prev>``: the downstream store's input it is for (its index),
+                                its kind (:data:`KINDS`), its *origin* (the emitting store, and
+                                the topic and partition it folded), its *position* there (the
+                                source offset and a sequence number within that offset) and the
+                                position of the emitter's previous record to the same repartition
+                                partition (``-`` for none)
+``foldstream-forward-key``      the key upstream (bytes as they are): the aggregate id of an
+                                event, the key of a changed value
+==============================  ================================================================
+
+The value is the event's own (its headers come first, before these two) for kind ``event``, and
+the JSON array ``[old, new]`` of the changed value's JSON (``null`` for none) for the others.
+Anyone who may write to the repartition topic can forge one, as anyone who may write to the
+events topic can forge an event: restrict writes to the service's instances with ACLs.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from foldstream.domain.records import EventRecord
+from foldstream.errors import UndecodableRecord
+
+FORWARD_HEADER = "foldstream-forward"
+FORWARD_KEY_HEADER = "foldstream-forward-key"
+
+EVENT, ADD, SUBTRACT, UPDATE, CHANGE = "event", "add", "subtract", "update", "change"
+#: ``event``: a domain event re-keyed; ``add`` / ``subtract``: a value entering or leaving its
+#: group; ``update``: a value changing within its group (subtracted, then added, at once);
+#: ``change``: a changed value under the same key.
+KINDS = frozenset({EVENT, ADD, SUBTRACT, UPDATE, CHANGE})
+
+#: The first byte of every key a store partition keeps for itself (marks, cursors, progress):
+#: never a value's key, never served (the query API refuses keys starting with a NUL).
+RESERVED = b"\x00"
+PROGRESS_KEY = RESERVED + b"progress"
+
+
+class Origin(NamedTuple):
+    """Who forwarded a record: the emitting store, and the topic and partition it folded."""
+
+    emitter: str
+    topic: str
+    partition: int
+
+
+Position = tuple[int, int]
+"""``(source offset, sequence number within it)``: the order of an origin's records."""
+
+
+class Forwarded(NamedTuple):
+    """What a forwarded record's headers say (see the module docstring)."""
+
+    input: int
+    kind: str
+    origin: Origin
+    position: Position
+    prev: Position | None
+    upstream_key: bytes
+
+
+def forward_headers(forwarded: Forwarded) -> list[tuple[str, bytes]]:
+    """The two headers of ``forwarded``."""
+    prev = "-" if forwarded.prev is None else position_bytes(forwarded.prev).decode()
+    origin, (offset, seq) = forwarded.origin, forwarded.position
+    text = (
+        f"{forwarded.input} {forwarded.kind} {origin.emitter} {origin.topic} "
+        f"{origin.partition} {offset} {seq} {prev}"
+    )
+    return [(FORWARD_HEADER, text.encode()), (FORWARD_KEY_HEADER, forwarded.upstream_key)]
+
+
+def parse_forwarded(record: EventRecord) -> Forwarded:
+    """The headers of a forwarded record; :class:`UndecodableRecord` if it is none (anything
+    may have been written to the topic)."""
+    text = upstream_key = None
+    for name, value in record.headers:
+        if name == FORWARD_HEADER:
+            text = value
+        elif name == FORWARD_KEY_HEADER:
+            upstream_key = value
+    if text is None or upstream_key is None:
+        raise UndecodableRecord(
+            f"record with key {(record.key or b'')[:100]!r} is not a forwarded record: headers "
+            f"{FORWARD_HEADER!r} and {FORWARD_KEY_HEADER!r} are required"
+        )
+    try:
+        index, kind, emitter, topic, partition, offset, seq, prev = text.decode("ascii").split()
+        forwarded = Forwarded(
+            _natural(index),
+            kind,
+            Origin(emitter, topic, _natural(partition)),
+            (_natural(offset), _natural(seq)),
+            None if prev == "-" else parse_position(prev),
+            upstream_key,
+        )
+    except ValueError as exc:
+        raise UndecodableRecord(
+            f"malformed {FORWARD_HEADER!r} header {text[:200]!r}: {exc}"
+        ) from None
+    if kind not in KINDS:
+        raise UndecodableRecord(f"malformed {FORWARD_HEADER!r} header {text[:200]!r}")
+    return forwarded
+
+
+def _natural(text: str) -> int:
+    """A decimal of at most 18 digits (what an offset or an index can be)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        raise ValueError(f"{text[:20]!r} is not a natural number")
+    return int(text)
+
+
+def parse_position(text: str) -> Position:
+    offset, _, seq = text.partition(":")
+    return _natural(offset), _natural(seq)
+
+
+def position_bytes(position: Position) -> bytes:
+    return b"%d:%d" % position
+
+
+def change_value(old: bytes | None, new: bytes | None) -> bytes:
+    """The value of a forwarded change: ``[old, new]`` built from the stored JSON as it is."""
+    return b"[" + (old or b"null") + b"," + (new or b"null") + b"]"
