@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["foldstream.testing.plugin"]
+pytest_plugins = [
+    "foldstream.testing.plugin",
+    "foldstream.testing.cluster_plugin",
+    "features.steps.recovery_steps",
+    "features.steps.pause_steps",
+]
 
 
 @pytest.fixture(scope="session")

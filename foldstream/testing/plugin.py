@@ -8,14 +8,13 @@ Load it from the project's root ``conftest.py`` and name the service under test:
     def foldstream_service() -> str:
         return "my_service.query_api:service"
 
-It loads the step library (:mod:`foldstream.testing.steps` and, for clusters of instances,
-:mod:`foldstream.testing.cluster_steps`, and for failing projections
-:mod:`foldstream.testing.recovery_steps`, and for ``GET /metrics``
-:mod:`foldstream.testing.metrics_steps`, for poison records
-:mod:`foldstream.testing.poison_steps` and :mod:`foldstream.testing.replay_steps`, for
-ordered and windowed stores :mod:`foldstream.testing.ordered_steps`, and for re-keyed, chained
-and joined stores :mod:`foldstream.testing.graph_steps`) as well, so feature files can use its
-sentences with nothing but ``scenarios(...)`` in a test module.
+It loads the step library (:mod:`foldstream.testing.steps`; for ``GET /metrics``
+:mod:`foldstream.testing.metrics_steps`; for poison records
+:mod:`foldstream.testing.poison_steps` and :mod:`foldstream.testing.replay_steps`; for ordered
+and windowed stores :mod:`foldstream.testing.ordered_steps`; for re-keyed, chained and joined
+stores :mod:`foldstream.testing.graph_steps`) as well, so feature files can use its sentences
+with nothing but ``scenarios(...)`` in a test module. The sentences about several instances of
+a service are an opt-in plugin of their own: :mod:`foldstream.testing.cluster_plugin`.
 """
 
 from __future__ import annotations
@@ -28,17 +27,19 @@ import pytest
 from foldstream.broker import EmbeddedBroker
 from foldstream.process import InstanceProcess, wait_cluster_stable
 
+# The opt-in cluster plugin's modules are imported by sentences loaded here: their asserts are
+# rewritten all the same, whether or not the project loads that plugin.
+pytest.register_assert_rewrite(
+    "foldstream.testing.cluster_steps", "foldstream.testing.cluster_checks"
+)
+
 pytest_plugins = [  # a module before those that import it, so that pytest rewrites its asserts
     "foldstream.testing.steps",
-    "foldstream.testing.cluster_steps",
-    "foldstream.testing.cluster_checks",
     "foldstream.testing.poison_steps",
     "foldstream.testing.replay_steps",
-    "foldstream.testing.recovery_steps",
-    "foldstream.testing.pause_steps",
     "foldstream.testing.metrics_steps",
-    "foldstream.testing.graph_steps",
     "foldstream.testing.ordered_steps",
+    "foldstream.testing.graph_steps",
 ]
 
 
