@@ -9,12 +9,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.commands.arguments import InvalidArguments
-from foldstream.commands.handler import (
-    AggregateUnreplayable,
-    CommandHandler,
-    UnknownCommand,
-    VersionConflict,
-)
+from foldstream.commands.handler import CommandHandler, UnknownCommand, VersionConflict
+from foldstream.commands.unreplayable import AggregateUnreplayable
 from foldstream.domain import DomainRuleViolation
 from foldstream.errors import BrokerUnavailable, InvalidRequest, NotOwner, RecordTooLarge
 from foldstream.http_input import InputLimits, count, last, query_params

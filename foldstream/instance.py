@@ -29,6 +29,7 @@ from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler, command_arguments
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
+from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.dashboard import dashboard_routes
 from foldstream.direct_routes import DirectRoutes
 from foldstream.http_input import InputLimits
@@ -44,7 +45,8 @@ from foldstream.query_api.stores import StoreInfo
 from foldstream.responses import error_response
 from foldstream.routing import Locator
 from foldstream.service import Service
-from foldstream.settings import Settings
+from foldstream.settings import AGGREGATE_STORE, Settings
+from foldstream.state.applied import AppliedOffsets
 from foldstream.state.host import StoreHost
 from foldstream.state.local import LocalStores
 
@@ -75,6 +77,8 @@ class Instance:
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
         self._prepared: dict[str, int] | None = None
+        #: Where queries with a consistency token wait for the copies they read.
+        self.applied = AppliedOffsets()
         self.metrics = InstanceMetrics(
             command_counts=lambda: self.handler.counts() if self.handler else None,
             cluster=lambda: self.node.figures() if self.node else None,
@@ -166,8 +170,24 @@ class Instance:
         events = settings.events_topic
         stores = store_layouts(self.service, settings)
         async with contextlib.AsyncExitStack() as stack:
+            # Closed after the queries stopped: no task writes through it any more.
+            host = StoreHost(
+                state_dir=settings.state_dir,
+                host=settings.store_host,
+                on_task=self.metrics.observe_task,
+                on_poison=self.metrics.observe_poison,
+                on_applied=self.applied.applied,
+            )
+            host.start()
+            stack.callback(host.stop)
             handler = commands = None
             if self.service.aggregates:
+                snapshots = SnapshotStore(
+                    host,
+                    bootstrap=settings.bootstrap_servers,
+                    changelog_topic=settings.changelog_topic(AGGREGATE_STORE),
+                )
+                stack.callback(snapshots.close)
                 handler = CommandHandler(
                     aggregates=self.service.aggregates,
                     bootstrap=settings.bootstrap_servers,
@@ -177,6 +197,8 @@ class Instance:
                     fetch_wait_max_ms=settings.fetch_wait_max_ms,
                     transactional_id_prefix=events,
                     max_record_bytes=event_bytes_limit(settings.limits),
+                    snapshots=snapshots,
+                    cache_size=settings.aggregate_cache_size,
                 )
                 handler.start()
                 stack.callback(handler.close)
@@ -191,15 +213,6 @@ class Instance:
             }
             unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
             stack.callback(unlisten)
-            # Closed after the queries stopped: no task writes through it any more.
-            host = StoreHost(
-                state_dir=settings.state_dir,
-                host=settings.store_host,
-                on_task=self.metrics.observe_task,
-                on_poison=self.metrics.observe_poison,
-            )
-            host.start()
-            stack.callback(host.stop)
             runner = ProjectionRunner(
                 spark=spark,
                 settings=settings,
@@ -226,9 +239,15 @@ class Instance:
                 state_dir=settings.state_dir,
                 layouts=stores,
                 fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
+                on_applied=self.applied.applied,
             )
             stack.callback(replicas.close)
-            local = LocalStores(settings.state_dir, host=host, standby_read=replicas.get)
+            local = LocalStores(
+                settings.state_dir,
+                host=host,
+                standby_read=replicas.get,
+                standby_offset=replicas.applied_offset,
+            )
             stack.callback(local.close)
             store_info = {
                 p.store: StoreInfo(
@@ -236,7 +255,7 @@ class Instance:
                 )
                 for p in self.service.projections
             }
-            readers = StoreReaders(store_info, local)
+            readers = StoreReaders(store_info, local, applied=self.applied)
             node = ClusterNode(
                 settings=settings,
                 member_id=self.member_id(),

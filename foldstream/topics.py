@@ -9,15 +9,19 @@ from typing import TYPE_CHECKING
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.kafka_client import admin_client, wait_for_cluster
+from foldstream.settings import AGGREGATE_STORE
 
 if TYPE_CHECKING:
     from foldstream.projections.projection import Projection
     from foldstream.settings import Settings
 
 
-def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str, int]:
+def provision(
+    settings: Settings, projections: Sequence[Projection], *, aggregates: bool = False
+) -> dict[str, int]:
     """Create the service's topics that are missing (or, with ``settings.create_topics``
-    false, fail naming them); return ``{topic: partitions}`` of every source topic.
+    false, fail naming them); return ``{topic: partitions}`` of every source topic. With
+    ``aggregates`` (the service has aggregates), the aggregate store's changelog too.
 
     Fails at once, with one clear error, when the cluster rejects the client's credentials or
     TLS settings (:func:`~foldstream.kafka_client.wait_for_cluster`)."""
@@ -39,6 +43,9 @@ def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str
             layout[topic] = count
         # Every store its own, also when several read one topic.
         specs += store_topics(settings, projection.store, layout[topic])
+    if aggregates:
+        changelog = settings.changelog_topic(AGGREGATE_STORE)
+        specs.append(TopicSpec(changelog, settings.partitions, compact=True))
     ensure_topics(
         settings.bootstrap_servers,
         specs,

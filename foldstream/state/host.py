@@ -69,7 +69,9 @@ class StoreHost:
     machines reach. ``on_task(store, {step: seconds}, records)`` is called with each task's
     report of where its time went (:mod:`~foldstream.projections.task_steps`) and how many
     records it handled; ``on_poison(store, {outcome: records})`` with the poison records it
-    dead-lettered or skipped, or the partitions it stopped (:mod:`~foldstream.projections.poison`).
+    dead-lettered or skipped, or the partitions it stopped (:mod:`~foldstream.projections.poison`);
+    ``on_applied(store, partition, offset)`` after each task's write, with the source offset the
+    partition reached (:class:`~foldstream.state.applied.AppliedOffsets`).
 
     A task that stops a partition (:meth:`stopped`) says so: the host then refuses that
     partition's reads and writes to every task, until it is closed (released, or the instance
@@ -85,10 +87,12 @@ class StoreHost:
         idle_flush_entries: int = IDLE_FLUSH_ENTRIES,
         on_task: Callable[[str, Mapping[str, float], int], None] | None = None,
         on_poison: Callable[[str, Mapping[str, int]], None] | None = None,
+        on_applied: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.on_task = on_task
         self.on_poison = on_poison
+        self.on_applied = on_applied
         self.host = host
         self.idle_flush_s = idle_flush_s
         self.idle_flush_entries = idle_flush_entries
@@ -284,6 +288,8 @@ class StoreHost:
                 return "ok", held.read(*arguments)
             if kind == "write":
                 held.write(*arguments)
+                if self.on_applied is not None:
+                    self.on_applied(store, partition, arguments[3])  # the offset written
                 return "ok", None
             return "error", f"unknown request {kind!r}"
         except PartitionClosed as exc:

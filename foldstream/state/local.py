@@ -23,6 +23,7 @@ T = TypeVar("T")
 StoreKey = tuple[str, int]
 """``(store, partition)``."""
 StandbyRead = Callable[[str, int, bytes], "bytes | None"]
+StandbyOffset = Callable[[str, int], "int | None"]
 #: How long a snapshot of a released partition stays open: a lookup may still be reading it.
 RETIRED_SNAPSHOT_S = 5.0
 
@@ -30,7 +31,8 @@ RETIRED_SNAPSHOT_S = 5.0
 class LocalStores:
     """The store partitions under ``state_dir``: those ``host`` holds open (this instance
     writes them), read-only snapshots of any other (opened on first use, closed some seconds
-    after :meth:`release`), and ``standby_read`` for copies kept from changelogs."""
+    after :meth:`release`), and ``standby_read`` for copies kept from changelogs (and
+    ``standby_offset``, the source offset each reflects)."""
 
     def __init__(
         self,
@@ -38,10 +40,12 @@ class LocalStores:
         *,
         host: StoreHost | None = None,
         standby_read: StandbyRead | None = None,
+        standby_offset: StandbyOffset | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self._host = host
         self._standby_read = standby_read
+        self._standby_offset = standby_offset
         self._readers: dict[StoreKey, RocksDBReader] = {}
         self._retired: list[tuple[float, RocksDBReader]] = []
         self._lock = threading.Lock()
@@ -67,6 +71,14 @@ class LocalStores:
     def next_offset(self, store: str, partition: int) -> int:
         """The first source offset not yet in the active copy, freshly read."""
         return self._active(store, partition, _fresh_next_offset)
+
+    def applied_offset(self, store: str, partition: int, *, standby: bool = False) -> int | None:
+        """The last source offset this instance's active (or standby) copy reflects."""
+        if standby:
+            if self._standby_offset is None:
+                raise KeyError(f"no standby copies of {store}")
+            return self._standby_offset(store, partition)
+        return self._active(store, partition, _fresh_applied_offset)
 
     def _active(self, store: str, partition: int, read: Callable[[PartitionReader], T]) -> T:
         """``read`` applied to the partition ``host`` holds, else to a snapshot of it."""
@@ -134,3 +146,8 @@ class LocalStores:
 def _fresh_next_offset(reader: PartitionReader) -> int:
     reader.refresh()
     return reader.next_offset()
+
+
+def _fresh_applied_offset(reader: PartitionReader) -> int | None:
+    reader.refresh()
+    return reader.applied_offset()
