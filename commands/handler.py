@@ -152,6 +152,7 @@ class CommandHandler:
         self._writers: dict[int, PartitionWriter] = {}
         self._replaying: set[int] = set()
         self._replay_skipped = 0  # records replays skipped, for the metrics
+        self._replayed_events = 0  # events replays applied, for the metrics
         self._replay_started: dict[int, int] = {}  # partition -> offset its last replay read from
         self._executor: ThreadPoolExecutor | None = None
         # Refuses a command whose event the producer would refuse (:class:`RecordTooLarge`).
@@ -178,6 +179,7 @@ class CommandHandler:
         committed = self._committer
         return {"transactions": committed.transactions, "commands": committed.commands} | {
             "replay_skipped": self._replay_skipped,
+            "replayed_events": self._replayed_events,
             "snapshots_written": committed.snapshots_written,
         }
 
@@ -294,6 +296,7 @@ class CommandHandler:
             self._codec, self.bootstrap, self.topic, held, self.fetch_wait_max_ms, check
         )
         self._replay_skipped += replayed.skipped
+        self._replayed_events += replayed.events
         self._replay_started.update(replayed.starts)
         return replayed.events
 

@@ -108,6 +108,7 @@ class Instance:
                     self.readiness,
                     lambda: self._require(self.node).snapshot(),
                     limits=limits,
+                    consistency_wait_s=settings.consistency_wait_ms / 1000,
                 ),
                 Route("/metrics", self._metrics),
                 *api_docs_routes(document),

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from foldstream.errors import InvalidRequest, StoreNotFound
 from foldstream.http_input import InputLimits, count, last, query_params
 from foldstream.query_api.batch import batch_answer
+from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import JSON_TYPE, Answer, error_answer
 from foldstream.routing import (
@@ -30,6 +32,20 @@ from foldstream.routing import (
 )
 
 _STORES = b"/stores/"
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A lookup answered here: ``key`` of ``partition`` of ``store`` (source ``topic``), from
+    the copy ``at`` says."""
+
+    store: str
+    topic: str
+    partition: int
+    key: bytes
+    at: Local
+
+
 _SAFE_IN_PATH = "/:@!$&'()*+,;=-._~"
 
 
@@ -87,6 +103,14 @@ class LookupAnswers:
     def _lookup(
         self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
     ) -> Answer:
+        found = self._locate(raw_path, query_string, raw_store, raw_key)
+        return found if isinstance(found, Answer) else self._read(found)
+
+    def _locate(
+        self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
+    ) -> Answer | _Target:
+        """Where the lookup is answered: here (a :class:`_Target`), or an answer at once (a
+        redirect, a 503, a 404 for an unknown store)."""
         limits = self.limits
         if len(raw_path) + len(query_string) > limits.max_url_bytes:
             limits.check_url(raw_path, query_string)  # raises
@@ -112,7 +136,11 @@ class LookupAnswers:
             return redirect_answer(location, raw_path, params)
         if not isinstance(location, Local):
             return unavailable_answer(location)
-        value = stores.get(store, partition, key, standby=location.role == "standby")
+        return _Target(store, info.topic, partition, key, location)
+
+    def _read(self, target: _Target) -> Answer:
+        store, partition, key, location = target.store, target.partition, target.key, target.at
+        value = self._started()[0].get(store, partition, key, standby=location.role == "standby")
         served_by = served_by_json(location, partition)
         if value is None:
             body = (
@@ -125,9 +153,37 @@ class LookupAnswers:
             return Answer(404, [JSON_TYPE], body)
         return Answer(200, [JSON_TYPE], found_body(key.decode(), value, served_by))
 
+    async def lookup_after(
+        self, raw_path: bytes, query_string: bytes, header: bytes | None, wait_s: float
+    ) -> Answer | None:
+        """:meth:`lookup`, answered only with state that includes the consistency token of
+        the query (``after``) or ``header``, waiting up to ``wait_s`` for this instance's copy
+        to apply it (:mod:`foldstream.query_api.consistency`)."""
+        target = store_path(raw_path, b"keys/")
+        if target is None:
+            return None
+        try:
+            token = requested_token(query_string, header)
+            found = self._locate(raw_path, query_string, *target)
+            if isinstance(found, Answer) or token is None:
+                return found if isinstance(found, Answer) else self._read(found)
+            stores = self._started()[0]
+            standby = found.at.role == "standby"
+            pending = await wait_for_token(
+                stores, found.store, found.topic, found.partition, token, wait_s, standby=standby
+            )
+            return self._read(found) if pending is None else pending
+        except InvalidRequest as exc:
+            return error_answer(exc.status, str(exc))
+
     def batch(self, raw_path: bytes, query_string: bytes, body: bytes) -> Answer | None:
         """The answer to a batch lookup, ``POST raw_path`` of ``body``; None if ``raw_path``
         is no store's batch path."""
+        return self._batch(raw_path, query_string, body, None)
+
+    def _batch(
+        self, raw_path: bytes, query_string: bytes, body: bytes, not_yet: int | None
+    ) -> Answer | None:
         target = store_path(raw_path, b"keys")
         if target is None or target[1]:
             return None
@@ -138,7 +194,41 @@ class LookupAnswers:
             if len(body) > limits.max_body_bytes:
                 raise InvalidRequest(limits.too_large(len(body)), status=413)
             stores, locator = self._started()
-            return Answer(200, [JSON_TYPE], batch_answer(stores, locator, store, body, limits))
+            answer = batch_answer(stores, locator, store, body, limits, not_yet)
+            return Answer(200, [JSON_TYPE], answer)
+        except InvalidRequest as exc:
+            return error_answer(exc.status, str(exc))
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
+
+    async def batch_after(
+        self, raw_path: bytes, query_string: bytes, body: bytes, header: bytes | None, wait_s: float
+    ) -> Answer | None:
+        """:meth:`batch`, with the values of the consistency token's partition answered only
+        from a copy that includes it (else listed as unavailable)."""
+        target = store_path(raw_path, b"keys")
+        if target is None or target[1]:
+            return None
+        try:
+            token = requested_token(query_string, header)
+            if token is None:
+                return self.batch(raw_path, query_string, body)
+            self.limits.check_url(raw_path, query_string)
+            store = self.limits.name(target[0], "store name")
+            if len(body) > self.limits.max_body_bytes:
+                raise InvalidRequest(self.limits.too_large(len(body)), status=413)
+            stores, locator = self._started()
+            info = stores.info(store)
+            check_topic(token, store, info.topic)
+            not_yet = None
+            if token.partition < info.partitions:
+                location = locator.locate(info.topic, token.partition)
+                if isinstance(location, Local):
+                    pending = await wait_for_token(
+                        stores, store, info.topic, token.partition, token, wait_s, standby=False
+                    )
+                    not_yet = None if pending is None else token.partition
+            return self._batch(raw_path, query_string, body, not_yet)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
         except StoreNotFound as exc:
