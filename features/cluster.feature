@@ -78,3 +78,11 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     And a new instance joins the cluster
     Then the new instance takes over partitions once its standby copies have caught up
     And the partitions that stayed with their owner were answered throughout, never with 503
+
+  Scenario: After its owner is killed, commands go on at the aggregate's true version, and a read with their token sees them
+    Given product "failover-1" accepted "receive_shipment" with {"quantity": 10}
+    And product "failover-1" accepted "sell" with {"quantity": 1}
+    When the owner of "failover-1" in store "stock" is killed with kill -9
+    Then through a survivor product "failover-1" sent "sell" with {"quantity": 1} expecting version 2 is refused with 409 naming version 3
+    And through a survivor product "failover-1" sent "sell" with {"quantity": 2} expecting version 3 is accepted
+    And every survivor answers {"on_hand": 7} for "failover-1" in store "stock" with that command's token

@@ -10,15 +10,17 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
+from typing import Any
 
+import httpx
 from confluent_kafka import Producer
-from pytest_bdd import scenarios, then, when
+from pytest_bdd import parsers, scenarios, then, when
 
 from foldstream.cluster.map import ASSIGNMENT_KEY
 from foldstream.kafka import producer_config
 from foldstream.process import http
 from foldstream.testing.cluster_steps import ClusterState, Store, cluster_view
-from foldstream.testing.steps import service_of, wait_until
+from foldstream.testing.steps import REQUEST_ERRORS, service_of, wait_until
 
 scenarios("cluster.feature")
 
@@ -91,3 +93,89 @@ def redirects_to_members(cluster_state: ClusterState) -> None:
             status, body = http("GET", member.url + store.path(key), follow_redirects=False)
             if status == 307:
                 assert any(body["location"].startswith(url + "/") for url in urls), body
+
+
+# The aggregate store and read-your-writes across a failover ------------------------------------
+
+
+def _command_through_survivor(
+    cluster_state: ClusterState, path: str, body: dict[str, Any]
+) -> tuple[int, Any]:
+    """The answer of a survivor (redirects followed), asked again while the partition is still
+    moving (503, or a redirect to the killed owner)."""
+    answer: dict[str, tuple[int, Any]] = {}
+
+    def answered() -> bool:
+        try:
+            answer["last"] = http("POST", cluster_state.live()[0].url + path, body)
+        except REQUEST_ERRORS as exc:
+            answer["last"] = (0, repr(exc))
+        return answer["last"][0] not in (0, 503)
+
+    wait_until(answered, lambda: f"{path}: {answer.get('last')}")
+    return answer["last"]
+
+
+@then(
+    parsers.re(
+        r'through a survivor product "(?P<key>[^"]+)" sent "(?P<command>\w+)" with '
+        r"(?P<body>\{.*\}) expecting version (?P<version>\d+) is refused with 409 naming "
+        r"version (?P<current>\d+)"
+    )
+)
+def refused_after_failover(
+    cluster_state: ClusterState, key: str, command: str, body: str, version: str, current: str
+) -> None:
+    path = f"/commands/product/{key}/{command}?expected_version={version}"
+    status, answer = _command_through_survivor(cluster_state, path, json.loads(body))
+    assert status == 409, answer
+    assert answer["current_version"] == int(current), answer
+
+
+@then(
+    parsers.re(
+        r'through a survivor product "(?P<key>[^"]+)" sent "(?P<command>\w+)" with '
+        r"(?P<body>\{.*\}) expecting version (?P<version>\d+) is accepted"
+    )
+)
+def accepted_after_failover(
+    cluster_state: ClusterState, key: str, command: str, body: str, version: str
+) -> None:
+    path = f"/commands/product/{key}/{command}?expected_version={version}"
+    status, answer = _command_through_survivor(cluster_state, path, json.loads(body))
+    assert status == 200, answer
+    cluster_state.answers.append((status, answer))
+
+
+@then(
+    parsers.parse(
+        'every survivor answers {value} for "{key}" in store "{store}" with that command\'s token'
+    )
+)
+def survivors_read_the_command(
+    cluster_state: ClusterState, value: str, key: str, store: str
+) -> None:
+    """The first answer other than 503 (redirects followed) is the state after the command."""
+    token = cluster_state.answers[-1][1]["token"]
+    for member in cluster_state.live():
+        answer = _first_not_503(f"{member.url}/stores/{store}/keys/{key}", token)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["value"] == json.loads(value), answer.text
+
+
+def _first_not_503(url: str, token: str) -> httpx.Response:
+    answer: dict[str, httpx.Response | str] = {}
+
+    def answered() -> bool:
+        try:
+            got = httpx.get(url, params={"after": token}, follow_redirects=True, timeout=30)
+        except httpx.TransportError as exc:  # redirected to the killed owner: ask again
+            answer["last"] = repr(exc)
+            return False
+        answer["last"] = got
+        return got.status_code != 503
+
+    wait_until(answered, lambda: f"{url}: {answer.get('last')}")
+    found = answer["last"]
+    assert isinstance(found, httpx.Response)
+    return found
