@@ -22,6 +22,12 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     Then a standby of "standby-1" answers it in store "stock" with max_lag 0
     And without max_lag the standby sends the client to the owner
 
+  Scenario: A standby answers a read with a command's token only with state that includes the command
+    When product "standby-ryw-1" is sent "receive_shipment" with {"quantity": 4} through the cluster
+    Then a standby of "standby-ryw-1" in store "stock" answers {"on_hand": 4} with that command's token
+    When product "standby-ryw-1" is sent "sell" with {"quantity": 3} through the cluster
+    Then a standby of "standby-ryw-1" in store "stock" answers {"on_hand": 1} with that command's token
+
   Scenario: A foreign topic's records are found through the router, where its producer put them
     When a "java" producer writes these records to "supplier.ratings":
       | key              | value   |

@@ -158,12 +158,13 @@ def survivors_read_the_command(
         assert answer.json()["value"] == json.loads(value), answer.text
 
 
-def _first_not_503(url: str, token: str) -> httpx.Response:
+def _first_not_503(url: str, token: str, max_lag: int | None = None) -> httpx.Response:
+    params = {"after": token} | ({} if max_lag is None else {"max_lag": str(max_lag)})
     answer: dict[str, httpx.Response | str] = {}
 
     def answered() -> bool:
         try:
-            got = httpx.get(url, params={"after": token}, follow_redirects=True, timeout=30)
+            got = httpx.get(url, params=params, follow_redirects=True, timeout=30)
         except httpx.TransportError as exc:  # redirected to the killed owner: ask again
             answer["last"] = repr(exc)
             return False
@@ -174,3 +175,38 @@ def _first_not_503(url: str, token: str) -> httpx.Response:
     found = answer["last"]
     assert isinstance(found, httpx.Response)
     return found
+
+
+@when(
+    parsers.re(
+        r'product "(?P<key>[^"]+)" is sent "(?P<command>\w+)" with (?P<body>\{.*\}) '
+        r"through the cluster"
+    )
+)
+def command_through_cluster(cluster_state: ClusterState, key: str, command: str, body: str) -> None:
+    path = f"/commands/product/{key}/{command}"
+    status, answer = _command_through_survivor(cluster_state, path, json.loads(body))
+    assert status == 200, answer
+    cluster_state.answers.append((status, answer))
+
+
+@then(
+    parsers.parse(
+        'a standby of "{key}" in store "{store}" answers {value} with that command\'s token'
+    )
+)
+def standby_reads_the_command(
+    cluster_state: ClusterState, key: str, store: str, value: str
+) -> None:
+    """The standby answers itself (``max_lag`` large: never redirected for its lag), and its
+    first answer other than 503 is the state after the command: it waited for its copy."""
+    token = cluster_state.answers[-1][1]["token"]
+    members = cluster_state.live()
+    _, owners = http("GET", f"{members[0].url}/stores/{store}/owners/{key}")
+    assert owners["standbys"], f"no standby of {key}'s partition: {owners}"
+    standby = owners["standbys"][0]["url"]
+    answer = _first_not_503(f"{standby}/stores/{store}/keys/{key}", token, max_lag=10**9)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["served_by"]["role"] == "standby", body
+    assert body["value"] == json.loads(value), body

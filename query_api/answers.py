@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -30,22 +29,9 @@ from foldstream.routing import (
     redirect_answer,
     unavailable_answer,
 )
+from foldstream.tokens import Token
 
 _STORES = b"/stores/"
-
-
-@dataclass(frozen=True)
-class _Target:
-    """A lookup answered here: ``key`` of ``partition`` of ``store`` (source ``topic``), from
-    the copy ``at`` says."""
-
-    store: str
-    topic: str
-    partition: int
-    key: bytes
-    at: Local
-
-
 _SAFE_IN_PATH = "/:@!$&'()*+,;=-._~"
 
 
@@ -103,14 +89,6 @@ class LookupAnswers:
     def _lookup(
         self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
     ) -> Answer:
-        found = self._locate(raw_path, query_string, raw_store, raw_key)
-        return found if isinstance(found, Answer) else self._read(found)
-
-    def _locate(
-        self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
-    ) -> Answer | _Target:
-        """Where the lookup is answered: here (a :class:`_Target`), or an answer at once (a
-        redirect, a 503, a 404 for an unknown store)."""
         limits = self.limits
         if len(raw_path) + len(query_string) > limits.max_url_bytes:
             limits.check_url(raw_path, query_string)  # raises
@@ -136,11 +114,7 @@ class LookupAnswers:
             return redirect_answer(location, raw_path, params)
         if not isinstance(location, Local):
             return unavailable_answer(location)
-        return _Target(store, info.topic, partition, key, location)
-
-    def _read(self, target: _Target) -> Answer:
-        store, partition, key, location = target.store, target.partition, target.key, target.at
-        value = self._started()[0].get(store, partition, key, standby=location.role == "standby")
+        value = stores.get(store, partition, key, standby=location.role == "standby")
         served_by = served_by_json(location, partition)
         if value is None:
             body = (
@@ -157,24 +131,43 @@ class LookupAnswers:
         self, raw_path: bytes, query_string: bytes, header: bytes | None, wait_s: float
     ) -> Answer | None:
         """:meth:`lookup`, answered only with state that includes the consistency token of
-        the query (``after``) or ``header``, waiting up to ``wait_s`` for this instance's copy
-        to apply it (:mod:`foldstream.query_api.consistency`)."""
+        the query (``after``) or ``header``: this instance's copy of the key's partition is
+        awaited up to ``wait_s`` seconds first (:mod:`foldstream.query_api.consistency`)."""
         target = store_path(raw_path, b"keys/")
         if target is None:
             return None
         try:
             token = requested_token(query_string, header)
-            found = self._locate(raw_path, query_string, *target)
-            if isinstance(found, Answer) or token is None:
-                return found if isinstance(found, Answer) else self._read(found)
-            stores = self._started()[0]
-            standby = found.at.role == "standby"
-            pending = await wait_for_token(
-                stores, found.store, found.topic, found.partition, token, wait_s, standby=standby
-            )
-            return self._read(found) if pending is None else pending
+            if token is not None:
+                pending = await self._await_token(query_string, *target, token, wait_s)
+                if pending is not None:
+                    return pending
+            return self._lookup(raw_path, query_string, *target)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
+
+    async def _await_token(
+        self, query_string: bytes, raw_store: bytes, raw_key: bytes, token: Token, wait_s: float
+    ) -> Answer | None:
+        """None once the copy here that answers the lookup includes ``token`` (or when the
+        lookup is answered elsewhere: redirected, or 503); else the 503 to answer."""
+        store = self.limits.name(raw_store, "store name")
+        key = self.limits.key(raw_key)
+        params = query_params(query_string)
+        max_lag = count("max_lag", last(params, "max_lag"))
+        stores, locator = self._started()
+        info = stores.info(store)
+        check_topic(token, store, info.topic)
+        partition = stores.partition(store, key)
+        location = locator.locate(info.topic, partition, max_lag=max_lag)
+        if not isinstance(location, Local):
+            return None  # the lookup redirects (keeping the token) or answers 503
+        standby = location.role == "standby"
+        return await wait_for_token(
+            stores, store, info.topic, partition, token, wait_s, standby=standby
+        )
 
     def batch(self, raw_path: bytes, query_string: bytes, body: bytes) -> Answer | None:
         """The answer to a batch lookup, ``POST raw_path`` of ``body``; None if ``raw_path``
