@@ -1,8 +1,9 @@
-"""``make bench`` / ``python -m bench [--quick] [--json PATH] [--only SECTION]``: every figure
-of issue 5 beside its reference, measured in one run on an embedded broker, printed as a table
-and written as JSON (``bench/results/<timestamp>.json`` unless ``--json`` says where).
-``--only`` runs one section alone: ``rebuild`` (the projection rebuild on ``local[2]`` and on a
-2-worker standalone Spark cluster, beside the plain consumer)."""
+"""``make bench`` / ``python -m bench [--quick] [--only SECTION ...] [--json PATH]``: every
+figure of issue 5 (and the ordered stores' of issue 23) beside its reference, measured in one
+run on an embedded broker, printed as a table and written as JSON
+(``bench/results/<timestamp>.json`` unless ``--json`` says where). ``--only`` runs some sections
+alone, e.g. ``--quick --only ordered``; ``rebuild`` runs the projection rebuild on ``local[2]``
+and on a 2-worker standalone Spark cluster, beside the plain consumer."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import cluster, lookups, rebuild, spark_standalone
+from bench import cluster, lookups, ordered, rebuild, spark_standalone
 from bench.inventory import PARTITIONS, inventory_figures
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
 GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
+#: The sections of a run, in order. ``inventory`` compares freshness with the do-nothing
+#: micro-batches ``rebuild`` measures: it runs ``rebuild`` too.
+SECTIONS = ("rebuild", "lookups", "inventory", "cluster", "ordered")
 
 
 def _sizes(quick: bool) -> dict[str, Any]:
@@ -53,6 +57,10 @@ def _sizes(quick: bool) -> dict[str, Any]:
             command_keys=2_000,
             cluster_keys=20_000,
             cluster_lookups=4_000,
+            windowed_events=100_000,
+            windowed_keys=100,
+            range_customers=1_000,
+            range_bookings=120,
         )
     return dict(
         events=2_000_000,
@@ -66,6 +74,10 @@ def _sizes(quick: bool) -> dict[str, Any]:
         command_keys=2_000,
         cluster_keys=200_000,
         cluster_lookups=40_000,
+        windowed_events=1_000_000,
+        windowed_keys=500,
+        range_customers=5_000,
+        range_bookings=200,
     )
 
 
@@ -146,30 +158,58 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--json", type=Path, help="where to write the results")
     parser.add_argument(
-        "--only", choices=["rebuild"], help="run one section alone (see the description)"
+        "--only", nargs="+", choices=SECTIONS, default=SECTIONS, help="run these sections only"
     )
     args = parser.parse_args()
     size = _sizes(args.quick)
+    sections = set(args.only) | ({"rebuild"} if "inventory" in args.only else set())
     console = Console()
     # Spark's Python workers import bench.noop_stream: they need the checkout on their path.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
     )
-    wrk = None if args.only else wrk_binary(console)
+    wrk = wrk_binary(console) if sections - {"rebuild"} else None
     figures: list[Figure] = []
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="foldstream-bench-") as name:
         run = BenchRun(console, wrk, Path(name), size)
-        if args.only == "rebuild":
+        rebuilt: list[Figure] = []
+        noop: dict[str, float] = {}
+        if sections & {"rebuild", "lookups"}:
             with EmbeddedBroker() as broker:
-                figures += rebuild_figures(run, broker.bootstrap, noop_batches=False)[0]
-        else:
-            figures += _all_figures(run)
+                if "rebuild" in sections:
+                    rebuilt, noop = rebuild_figures(
+                        run, broker.bootstrap, noop_batches="inventory" in sections
+                    )
+                    figures += rebuilt
+                if "lookups" in sections:
+                    figures += _lookups(run, broker.bootstrap)
+        if "inventory" in sections:
+            figures += inventory_figures(run, noop)
+        if "cluster" in sections:
+            # Three instances on a broker that holds only their topics.
+            with EmbeddedBroker() as broker:
+                figures += run.step(
+                    "3-instance cluster: redirects, failover, restore",
+                    lambda: cluster.cluster_figures(
+                        broker.bootstrap,
+                        run.tmp,
+                        keys=size["cluster_keys"],
+                        lookups=size["cluster_lookups"],
+                        rebuild_rate=rebuilt[0].value if rebuilt else None,
+                    ),
+                )
+        if "ordered" in sections:
+            with EmbeddedBroker() as broker:
+                figures += ordered.ordered_figures(run, broker.bootstrap)
+    if run.memory:
+        figures += _memory_figures(run.memory)
     about = {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": time.time() - started,
         "sizes": size,
+        "sections": sorted(sections),
         "machine": {
             "cpus": os.cpu_count(),
             "load_avg_1m_at_end": os.getloadavg()[0],
@@ -186,32 +226,11 @@ def main() -> None:
     print_table(
         console,
         f"foldstream bench{' --quick' if args.quick else ''}"
-        f"{f' --only {args.only}' if args.only else ''} — ratios are within this run",
+        f"{' --only ' + ' '.join(args.only) if set(args.only) != set(SECTIONS) else ''}"
+        " — ratios are within this run",
         figures,
     )
     console.print(f"written to {write_json(args.json, about, figures)}")
-
-
-def _all_figures(run: BenchRun) -> list[Figure]:
-    """Every section, in order: rebuilds and lookups on one broker, the command side, the
-    3-instance cluster on a broker of its own, and the peak memory they saw."""
-    with EmbeddedBroker() as broker:
-        rebuilt, noop = rebuild_figures(run, broker.bootstrap)
-        figures = rebuilt + _lookups(run, broker.bootstrap)
-    figures += inventory_figures(run, noop)
-    # The cluster too: three instances on a broker that holds only their topics.
-    with EmbeddedBroker() as broker:
-        figures += run.step(
-            "3-instance cluster: redirects, failover, restore",
-            lambda: cluster.cluster_figures(
-                broker.bootstrap,
-                run.tmp,
-                keys=run.size["cluster_keys"],
-                lookups=run.size["cluster_lookups"],
-                rebuild_rate=rebuilt[0].value,
-            ),
-        )
-    return figures + _memory_figures(run.memory)
 
 
 def _memory_figures(memory: dict[str, PeakRss]) -> list[Figure]:

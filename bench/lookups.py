@@ -89,7 +89,7 @@ def warm_up(
             return
 
 
-def _mean(rates: list[Rate]) -> Rate:
+def mean_rate(rates: list[Rate]) -> Rate:
     n = len(rates)
     return Rate(
         per_cpu=sum(r.per_cpu for r in rates) / n,
@@ -132,8 +132,8 @@ def lookup_figures(wrk: str | None, instance: Target, setup: LookupSetup) -> lis
                 singles[target.name].append(measure(wrk, target, get, setup.seconds))
             for target in targets[:2]:
                 batches[target.name].append(measure(wrk, target, batch, setup.seconds))
-    single = {name: _mean(rates) for name, rates in singles.items()}
-    many = {name: _mean(rates) for name, rates in batches.items()}
+    single = {name: mean_rate(rates) for name, rates in singles.items()}
+    many = {name: mean_rate(rates) for name, rates in batches.items()}
     reference = single["minimal"]
     details = {name: vars(rate) for name, rate in single.items()}
     figures = [
@@ -201,7 +201,7 @@ def instance_on_granian_figure(wrk: str | None, instance: Target, setup: LookupS
         for _ in range(setup.rounds):
             for target in (instance, minimal):
                 measured[target.name].append(measure(wrk, target, get, setup.seconds))
-    on_granian, reference = _mean(measured[instance.name]), _mean(measured[minimal.name])
+    on_granian, reference = mean_rate(measured[instance.name]), mean_rate(measured[minimal.name])
     return Figure(
         f"lookups per server CPU-s, instance with --server granian, {setup.keys:,} keys",
         on_granian.per_cpu,

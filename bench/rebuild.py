@@ -29,13 +29,17 @@ STORE = "stock"
 
 
 def reference_fold(
-    bootstrap: str, topic: str, partitions: int, state_dir: Path
+    bootstrap: str, topic: str, partitions: int, state_dir: Path, store: str = STORE
 ) -> dict[str, float]:
     """events/s (and per CPU-second) of a plain consumer: per poll batch and partition, the same
     ``fold_partition`` (decode, fold, one WriteBatch of values + source offset), no changelog."""
-    projection = service.projection(STORE)
+    projection = service.projection(store)
     writers = {
-        p: RocksDBWriter(partition_path(state_dir, STORE, p), identity=f"{topic}/{p}")
+        p: RocksDBWriter(
+            partition_path(state_dir, store, p),
+            identity=f"{topic}/{p}",
+            table_format=projection.table_format,
+        )
         for p in range(partitions)
     }
     folded = 0
@@ -53,24 +57,32 @@ def reference_fold(
 
 
 def spark_rebuild(
-    spark: SparkSession, settings: Settings, partitions: int, *, cpu_roots: Sequence[int] = ()
+    spark: SparkSession,
+    settings: Settings,
+    partitions: int,
+    store: str = STORE,
+    *,
+    cpu_roots: Sequence[int] = (),
 ) -> tuple[float, dict[str, float]]:
     """events/s of the projection from query start until every partition is folded (the JVM
     is already up); also Spark's own figures of the query. CPU is this process's tree and the
     trees of ``cpu_roots`` (a cluster's workers, whose executors run the tasks)."""
     handled: list[int] = []  # records, as each task reports them
+    projection = service.projection(store)
     host = StoreHost(
-        state_dir=settings.state_dir, on_task=lambda store, steps, records: handled.append(records)
+        state_dir=settings.state_dir,
+        on_task=lambda store, steps, records: handled.append(records),
+        formats={store: projection.table_format},
     )
     host.start()
     for partition in range(partitions):
-        host.open(STORE, partition, identity=f"{settings.events_topic}/{partition}", epoch=1)
+        host.open(store, partition, identity=f"{settings.events_topic}/{partition}", epoch=1)
     runner = ProjectionRunner(
         spark=spark,
         settings=settings,
         host=host,
         service_path=SERVICE_PATH,
-        projections=[service.projection(STORE)],
+        projections=[projection],
         partitions={settings.events_topic: partitions},
     )
     roots = [os.getpid(), *cpu_roots]
@@ -78,7 +90,7 @@ def spark_rebuild(
     started = time.perf_counter()
     runner.start()
     runner.run({settings.events_topic: range(partitions)})
-    query = runner.queries[STORE]
+    query = runner.queries[store]
     try:
         query.processAllAvailable()  # returns once every offset the source knew is committed
         elapsed = time.perf_counter() - started

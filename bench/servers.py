@@ -30,30 +30,39 @@ from starlette.routing import Route
 
 from foldstream.errors import FoldstreamError
 from foldstream.kafka import Partitioner, partition_for
+from foldstream.state.format import TABLE_FORMAT
 
 if TYPE_CHECKING:  # the minimal reference server loads none of foldstream's query side
     from foldstream.query_api.fast_lookup import FastLookups
 
-KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian")
+KINDS = ("minimal", "foldstream-uvicorn", "foldstream-granian", "minimal-range")
+
+
+def open_read_only(
+    state_dir: Path, store: str, partitions: int, table_format: str = TABLE_FORMAT
+) -> list[Any]:
+    """The store's partition databases, opened read-only with the options they were written
+    with (rocksdict's own ``Rdict``: the least a server can read them through)."""
+    from rocksdict import AccessType, Rdict
+
+    from foldstream.state import partition_path
+    from foldstream.state.format import store_options
+
+    return [
+        Rdict(
+            str(partition_path(state_dir, store, p)),
+            options=store_options(table_format),
+            access_type=AccessType.read_only(),
+        )
+        for p in range(partitions)
+    ]
 
 
 def minimal_app(
     state_dir: Path, store: str, partitions: int, partitioner: Partitioner
 ) -> Starlette:
     """GET ``/stores/{store}/keys/{key}`` and POST ``/stores/{store}/keys``, nothing else."""
-    from rocksdict import AccessType, Rdict
-
-    from foldstream.state import partition_path
-    from foldstream.state.format import store_options
-
-    dbs = [
-        Rdict(
-            str(partition_path(state_dir, store, p)),
-            options=store_options(),
-            access_type=AccessType.read_only(),
-        )
-        for p in range(partitions)
-    ]
+    dbs = open_read_only(state_dir, store, partitions)
 
     async def get_key(request: Request) -> Response:
         key = request.path_params["key"]
@@ -190,10 +199,13 @@ def main() -> None:
     parser.add_argument("--partitioner", default="murmur2")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    if args.kind == "minimal":
+    if args.kind in ("minimal", "minimal-range"):
         import uvicorn
 
-        app: Any = minimal_app(args.state_dir, args.store, args.partitions, args.partitioner)
+        from bench.range_server import minimal_range_app
+
+        make = minimal_app if args.kind == "minimal" else minimal_range_app
+        app: Any = make(args.state_dir, args.store, args.partitions, args.partitioner)
         uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
         return
     os.environ.update(

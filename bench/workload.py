@@ -13,9 +13,10 @@ from collections.abc import Iterable, Iterator
 from confluent_kafka import Producer
 
 from foldstream.domain import EventCodec, EventRecord
-from foldstream.domain.records import HEADER_ID, HEADER_VERSION
+from foldstream.domain.records import HEADER_ID, HEADER_TIMESTAMP, HEADER_VERSION
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import produce_when_room, producer_config
+from foldstream.times import iso_ms, to_epoch_ms
 
 QUANTITIES = 9
 
@@ -41,15 +42,38 @@ def inventory_events(keys: int, events: int) -> Iterator[EventRecord]:
     for n in range(events):
         key, version = n % keys, n // keys + 1
         template = created if version == 1 else shipments[(key + version) % QUANTITIES]
-        headers = tuple(
-            (name, str(version).encode())
-            if name == HEADER_VERSION
-            else (name, uuid.uuid4().hex.encode())
-            if name == HEADER_ID
-            else (name, value)
-            for name, value in template.headers
-        )
-        yield EventRecord(sku(key).encode(), template.value, headers)
+        yield _copy(template, sku(key), HEADER_VERSION, str(version).encode())
+
+
+def sales_events(keys: int, events: int, days: int = 2) -> Iterator[EventRecord]:
+    """``events`` sales over ``keys`` products, round-robin, their times moving on evenly over
+    ``days`` days (so windows close and expire as they go): every 50th sale is 30 s older than
+    its turn (out of order, within a minute's grace), every 997th 15 minutes older (late)."""
+    codec = EventCodec()
+    product = Product(id="template")
+    product.receive_shipment(quantity=QUANTITIES * (QUANTITIES + 1))
+    for quantity in range(1, QUANTITIES + 1):
+        product.sell(quantity=quantity)
+    sales = [codec.encode(e) for e in product.collect_events()][-QUANTITIES:]
+    start = to_epoch_ms("2026-05-01T00:00:00Z")
+    step = days * 86_400_000 // events
+    for n in range(events):
+        at = start + n * step - (30_000 if n % 50 == 7 else 0) - (900_000 if n % 997 == 3 else 0)
+        yield _copy(sales[n % QUANTITIES], sku(n % keys), HEADER_TIMESTAMP, iso_ms(at).encode())
+
+
+def _copy(template: EventRecord, key: str, header: str, value: bytes) -> EventRecord:
+    """``template`` as the event of ``key``, with its ``header`` set to ``value`` and an
+    event id of its own."""
+    headers = tuple(
+        (name, value)
+        if name == header
+        else (name, uuid.uuid4().hex.encode())
+        if name == HEADER_ID
+        else (name, stored)
+        for name, stored in template.headers
+    )
+    return EventRecord(key.encode(), template.value, headers)
 
 
 def expected_on_hand(key: int, keys: int, events: int) -> int:

@@ -51,7 +51,8 @@ HEADER_TIMESTAMP = "timestamp"
 
 
 class EventRecord(NamedTuple):
-    """A Kafka record: key, value (None for a tombstone) and headers.
+    """A Kafka record: key, value (None for a tombstone), headers and timestamp (epoch
+    milliseconds, None when the record has none).
 
     A named tuple: projections build one per record, and a frozen dataclass costs several
     times more to build.
@@ -60,13 +61,20 @@ class EventRecord(NamedTuple):
     key: bytes | None  # None when its producer sent none (never for foldstream's events)
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
+    timestamp: int | None = None
 
     @classmethod
     def from_message(cls, message: Any) -> EventRecord:
-        """The record a consumer's message holds: anything with ``key()``, ``value()`` and
-        ``headers()`` (None when it has none), as confluent-kafka's messages."""
+        """The record a consumer's message holds: anything with ``key()``, ``value()``,
+        ``headers()`` (None when it has none) and ``timestamp()``, as confluent-kafka's
+        messages."""
         headers = message.headers()
-        return cls(message.key(), message.value(), tuple(headers) if headers else ())
+        return cls(
+            message.key(),
+            message.value(),
+            tuple(headers) if headers else (),
+            kafka_timestamp(message.timestamp()),
+        )
 
     def header(self, name: str) -> bytes | None:
         for header_name, value in self.headers:
@@ -93,6 +101,13 @@ def _registered(topic: str) -> object:
     to before), without resolving it: a dictionary lookup, never an import."""
     cache: Mapping[str, object] = getattr(eventsourcing_utils, "_topic_cache", {})
     return cache.get(topic)
+
+
+def kafka_timestamp(stamp: tuple[int, int]) -> int | None:
+    """A record's timestamp in milliseconds from confluent-kafka's ``(type, value)``; None
+    when it has none (type 0: not available)."""
+    kind, value = stamp
+    return value if kind else None
 
 
 @dataclass(frozen=True)

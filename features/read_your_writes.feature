@@ -1,7 +1,7 @@
 @consistency
 Feature: Read-your-writes: a query with a command's token sees that command
   A command's answer carries a consistency token, the position of its last event. A lookup or
-  a batch lookup that sends it back (?after=TOKEN, or the header Foldstream-After) is answered
+  a batch lookup that sends it back (?consistent_with=TOKEN, or the header Foldstream-Consistent-With) is answered
   only with state that includes that command: the copy it reads is awaited a bounded time
   (consistency_wait_ms), then the answer is 503 with Retry-After. Never an older answer.
 

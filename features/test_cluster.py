@@ -159,7 +159,7 @@ def survivors_read_the_command(
 
 
 def _first_not_503(url: str, token: str, max_lag: int | None = None) -> httpx.Response:
-    params = {"after": token} | ({} if max_lag is None else {"max_lag": str(max_lag)})
+    params = {"consistent_with": token} | ({} if max_lag is None else {"max_lag": str(max_lag)})
     answer: dict[str, httpx.Response | str] = {}
 
     def answered() -> bool:

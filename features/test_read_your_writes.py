@@ -55,7 +55,7 @@ def lookup_after(
     """The first answer (503s aside) is the state after the command: never an older one."""
     token = _token(scenario_state)
     url = f"{instance.url}/stores/{store}/keys/{key}"
-    answer = _until_not_503(lambda: httpx.get(url, params={"after": token}, timeout=30))
+    answer = _until_not_503(lambda: httpx.get(url, params={"consistent_with": token}, timeout=30))
     assert answer.status_code == 200, answer.text
     assert answer.json()["value"] == json.loads(value)
 
@@ -95,7 +95,7 @@ def batch_after(
     url = f"{instance.url}/stores/{store}/keys"
     deadline = time.monotonic() + WAIT
     while True:
-        answer = httpx.post(url, params={"after": token}, json=[key, other], timeout=30)
+        answer = httpx.post(url, params={"consistent_with": token}, json=[key, other], timeout=30)
         assert answer.status_code == 200, answer.text
         found = answer.json()
         if key not in found["unavailable"] or time.monotonic() > deadline:
@@ -119,9 +119,9 @@ def lookup_bad_token(
         raw = json.loads(token)
     url = f"{instance.url}/stores/{store}/keys/{key}"
     for answer in (
-        httpx.get(url, params={"after": raw}, timeout=30),
+        httpx.get(url, params={"consistent_with": raw}, timeout=30),
         httpx.get(url, headers={HEADER.decode(): raw}, timeout=30),
-        httpx.post(url.rsplit("/", 1)[0], params={"after": raw}, json=[key], timeout=30),
+        httpx.post(url.rsplit("/", 1)[0], params={"consistent_with": raw}, json=[key], timeout=30),
     ):
         assert answer.status_code == 400, answer.text
         assert reason in answer.json()["error"], answer.text
@@ -138,7 +138,7 @@ def lookup_unreached(instance: InstanceProcess, key: str, store: str) -> None:
     partition = partition_for(key.encode(), instance.partitions)
     token = token_for(settings.events_topic, partition, 10**15)
     answer = httpx.get(
-        f"{instance.url}/stores/{store}/keys/{key}", params={"after": token}, timeout=30
+        f"{instance.url}/stores/{store}/keys/{key}", params={"consistent_with": token}, timeout=30
     )
     assert answer.status_code == 503, answer.text
     assert answer.headers["retry-after"].isdigit(), answer.headers

@@ -34,6 +34,8 @@ from foldstream.kafka import consume_available, consumer_config, read_partitions
 from foldstream.settings import OnStaleState
 from foldstream.stale_state import SOURCE_ID_HEADER, LocalCopy, open_checked
 from foldstream.state import RocksDBWriter
+from foldstream.state.base import Entries
+from foldstream.state.format import TABLE_FORMAT
 
 SOURCE_OFFSET_HEADER = "foldstream-source-offset"
 FOLDED_FROM_HEADER = "foldstream-folded-from"
@@ -45,18 +47,28 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StoreLayout:
-    """Where a store's state comes from: its source topic and its changelog topic; and what
+    """Where a store's state comes from: its source topic and its changelog topic; the format
+    its partitions are kept in (:mod:`foldstream.state.format`: changelog records carry the
+    keys as stored, so copying them needs no other knowledge of the store's kind); and what
     becomes of a local copy that does not belong to them (:mod:`foldstream.stale_state`)."""
 
     source_topic: str
     changelog_topic: str
     on_stale: OnStaleState = OnStaleState.rebuild
+    table_format: str = TABLE_FORMAT
 
     def identity(self, partition: int) -> str:
         return f"{self.source_topic}/{partition}"
 
     def local_copy(self, state_dir: Path, store: str, partition: int) -> LocalCopy:
-        return LocalCopy(Path(state_dir), store, partition, self.source_topic, self.changelog_topic)
+        return LocalCopy(
+            Path(state_dir),
+            store,
+            partition,
+            self.source_topic,
+            self.changelog_topic,
+            self.table_format,
+        )
 
 
 class ChangelogFollower:
@@ -344,6 +356,12 @@ class StandbyReplicas:
         KeyError if not held."""
         with self._lock:
             return self._replicas[(store, partition)].writer.applied_offset()
+
+    def scan(self, store: str, partition: int, start: bytes, end: bytes, limit: int) -> Entries:
+        """Entries of ``[start, end)`` of the copy of ``(store, partition)``; KeyError if not
+        held."""
+        with self._lock:
+            return self._replicas[(store, partition)].writer.scan(start, end, limit)
 
     def lag(self, store: str, partition: int) -> int | None:
         """Changelog records not yet applied (None until the end is known or if not held)."""

@@ -1,9 +1,11 @@
 """``make demo``: any service end to end on the embedded defaults (the inventory example unless
 told otherwise).
 
-Starts a broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` is set) and one instance, sends random
-commands over HTTP, then compares what the query API serves with a plain-Python fold of the
-events the commands appended (:func:`foldstream.projections.reference.fold_topic`).
+Starts a broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` is set) and the instances, sends random
+commands over HTTP (and, for a service that declares them, writes its demo records to the
+topics it reads: :class:`~foldstream.service.DemoRecords`), then compares what the query API
+serves, for every store, with a plain-Python fold of the topics
+(:func:`foldstream.projections.reference.fold_topic`, :mod:`foldstream.demo_stores`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
+from foldstream import demo_stores
 from foldstream.broker import EmbeddedBroker
 from foldstream.cluster_tour import tour
 from foldstream.domain import commands_of
 from foldstream.errors import ConfigurationError
 from foldstream.process import InstanceProcess, http, wait_cluster_stable
-from foldstream.projections.reference import fold_topic
 from foldstream.service import Service, load_service
 from foldstream.settings import Settings
 
@@ -92,14 +93,16 @@ def run_demo(
     console = Console()
     rng = random.Random(seed)
     definition = load_service(service)
-    menu = command_menu(definition)
+    menu = command_menu(definition) if definition.aggregates or definition.demo is None else []
     settings = Settings(service=definition.name, partitions=partitions)
-    sent_ids: set[str] = set()
-    accepted = rejected = 0
     with (
         _bootstrap(console) as bootstrap,
         tempfile.TemporaryDirectory(prefix="foldstream-demo-") as tmp,
     ):
+        keys: set[str] = set()
+        if definition.demo is not None:  # its topics must exist before an instance starts
+            keys |= demo_stores.write_demo_records(bootstrap, definition, rng)
+            console.print(f"wrote {definition.name}'s demo records: {len(keys)} keys")
         stack = contextlib.ExitStack()
         instances = [
             stack.enter_context(
@@ -113,7 +116,6 @@ def run_demo(
             )
             for n in range(instances_count)
         ]
-        instance = instances[0]
         with stack:
             with console.status(
                 f"starting {instances_count} instance(s) of {definition.name} "
@@ -128,87 +130,91 @@ def run_demo(
                 f"{instances_count} instance(s) ready at {', '.join(i.url for i in instances)} "
                 f"in {time.monotonic() - started:.1f}s"
             )
-            with Progress(console=console, transient=True) as progress:
-                task = progress.add_task("sending commands", total=commands)
-                for _ in range(commands):
-                    aggregate, command, kinds = rng.choice(menu)
-                    aggregate_id = f"{aggregate}-{rng.randrange(IDS_PER_AGGREGATE):03d}"
-                    arguments = {p: _random_value(k, rng) for p, k in kinds.items()}
-                    # Any instance will do: one that does not own the aggregate redirects (307).
-                    target = instances[len(sent_ids) % instances_count]
-                    status, body = http(
-                        "POST",
-                        f"{target.url}/commands/{aggregate}/{aggregate_id}/{command}",
-                        arguments,
-                    )
-                    sent_ids.add(aggregate_id)
-                    if status == 200:
-                        accepted += 1
-                    elif status == 422:
-                        rejected += 1
-                    else:
-                        console.print(
-                            f"[red]unexpected {status} for {command} {aggregate_id}: {body}"
-                        )
-                        return 1
-                    progress.advance(task)
-            sent_at = time.monotonic()
-            stores = {
-                p.store: fold_topic(bootstrap, p, settings.events_topic, partitions)
-                for p in definition.projections
-                if p.source_topic(settings.events_topic) == settings.events_topic
-            }
-            folded_after = time.monotonic() - sent_at
-            queried = _wait_for(instance.url, stores, sorted(sent_ids), timeout=60)
-            visible_after = time.monotonic() - sent_at
-            table = Table(
-                title=f"stores after {accepted} accepted and {rejected} rejected commands"
-            )
-            for column in ("store", "key", "folded from the events", "queried", ""):
-                table.add_column(column)
-            mismatches = 0
-            for store, expected in stores.items():
-                for key in sorted(sent_ids):
-                    want, got = expected.get(key), queried[store].get(key)
-                    ok = want == got
-                    mismatches += not ok
-                    table.add_row(
-                        store, key, str(want), str(got), "[green]ok" if ok else "[red]MISMATCH"
-                    )
-            console.print(table)
-            console.print(
-                f"queried values matched the fold {visible_after:.2f}s after the last command was "
-                f"acknowledged (reading the events back for the fold took {folded_after:.2f}s)"
-            )
-            if mismatches:
-                console.print(
-                    f"[red]{mismatches} mismatches; instance log tail:\n{instance.log_tail()}"
-                )
-                return 1
-            if instances_count > 1 and stores:
-                store = next(iter(stores))
-                values = {k: v for k, v in stores[store].items() if v is not None}
-                if not tour(console, instances, store, values):
-                    console.print("[red]the cluster tour failed; see the table above")
+            summary = "the demo records"
+            if menu:
+                sent = _send_commands(console, instances, menu, commands, rng)
+                if sent is None:
                     return 1
-            console.print("[green]demo passed")
-            return 0
+                summary = f"{sent[1]} accepted and {sent[2]} rejected commands"
+                keys |= sent[0]
+            return _check_stores(console, bootstrap, definition, settings, instances, keys, summary)
 
 
-def _wait_for(
-    url: str, stores: dict[str, dict[str, Any]], keys: list[str], timeout: float
-) -> dict[str, dict[str, Any]]:
-    """Query every key until all match (or ``timeout``); returns the last values seen."""
-    deadline = time.monotonic() + timeout
-    while True:
-        queried = {store: {k: _lookup(url, store, k) for k in keys} for store in stores}
-        if all(queried[s].get(k) == stores[s].get(k) for s in stores for k in keys):
-            return queried
-        if time.monotonic() > deadline:
-            return queried
-        time.sleep(0.05)
+def _send_commands(
+    console: Console,
+    instances: list[InstanceProcess],
+    menu: list[tuple[str, str, dict[str, Any]]],
+    commands: int,
+    rng: random.Random,
+) -> tuple[set[str], int, int] | None:
+    """Random commands through the instances in turn: ``(ids, accepted, rejected)``, or None
+    after an unexpected answer."""
+    sent_ids: set[str] = set()
+    accepted = rejected = 0
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("sending commands", total=commands)
+        for _ in range(commands):
+            aggregate, command, kinds = rng.choice(menu)
+            aggregate_id = f"{aggregate}-{rng.randrange(IDS_PER_AGGREGATE):03d}"
+            arguments = {p: _random_value(k, rng) for p, k in kinds.items()}
+            # Any instance will do: one that does not own the aggregate redirects (307).
+            target = instances[len(sent_ids) % len(instances)]
+            status, body = http(
+                "POST", f"{target.url}/commands/{aggregate}/{aggregate_id}/{command}", arguments
+            )
+            sent_ids.add(aggregate_id)
+            if status == 200:
+                accepted += 1
+            elif status == 422:
+                rejected += 1
+            else:
+                console.print(f"[red]unexpected {status} for {command} {aggregate_id}: {body}")
+                return None
+            progress.advance(task)
+    return sent_ids, accepted, rejected
 
 
-def _lookup(url: str, store: str, key: str) -> Any:
-    status, body = http("GET", f"{url}/stores/{store}/keys/{key}")
-    return body["value"] if status == 200 else None
+def _check_stores(
+    console: Console,
+    bootstrap: str,
+    definition: Service,
+    settings: Settings,
+    instances: list[InstanceProcess],
+    keys: set[str],
+    summary: str,
+) -> int:
+    """Every store read back and compared with a plain fold of its topic, an ordered store's
+    range between two times, then (with several instances) the cluster tour."""
+    instance = instances[0]
+    sent_at = time.monotonic()
+    events = settings.events_topic
+    layout = {events: settings.partitions} | dict(definition.demo.topics if definition.demo else {})
+    projections = [p for p in definition.projections if p.source_topic(events) in layout]
+    expected = demo_stores.expected_stores(bootstrap, projections, events, layout)
+    folded_after = time.monotonic() - sent_at
+    ordered_keys = sorted(keys)
+    queried = demo_stores.wait_served(instance.url, projections, expected, ordered_keys, 60)
+    visible_after = time.monotonic() - sent_at
+    mismatches = demo_stores.compare(
+        console, projections, expected, queried, ordered_keys, f"stores after {summary}"
+    )
+    console.print(
+        f"queried values matched the fold {visible_after:.2f}s after the last write was "
+        f"acknowledged (reading the topics back for the fold took {folded_after:.2f}s)"
+    )
+    for projection in projections:
+        if projection.kind == "ordered" and not demo_stores.show_range(
+            console, instance.url, projection, expected[projection.store]
+        ):
+            mismatches += 1
+    if mismatches:
+        console.print(f"[red]{mismatches} mismatches; instance log tail:\n{instance.log_tail()}")
+        return 1
+    point = next((p.store for p in projections if p.kind == "point"), None)
+    if len(instances) > 1 and point is not None:
+        values = {k: v for k, v in expected[point].items() if v is not None}
+        if not tour(console, instances, point, values):
+            console.print("[red]the cluster tour failed; see the table above")
+            return 1
+    console.print("[green]demo passed")
+    return 0

@@ -83,6 +83,9 @@ class Instance:
             command_counts=lambda: self.handler.counts() if self.handler else None,
             cluster=lambda: self.node.figures() if self.node else None,
         )
+        for projection in service.projections:
+            if projection.kind == "windowed":  # its late records counted from 0, not absent
+                self.metrics.late_records.labels(projection.store)
         limits = settings.limits
         if authentication is None:
             authentication = auth.configured(settings, service.authentication)
@@ -169,7 +172,12 @@ class Instance:
             layout = await asyncio.to_thread(self.prepare)
         self._prepared = None  # a later start checks again
         events = settings.events_topic
+        if not self.service.aggregates and all(
+            p.source_topic(events) != events for p in self.service.projections
+        ):
+            layout = {t: n for t, n in layout.items() if t != events}  # no partitions to own
         stores = store_layouts(self.service, settings)
+        formats = {p.store: p.table_format for p in self.service.projections}
         async with contextlib.AsyncExitStack() as stack:
             # Closed after the queries stopped: no task writes through it any more.
             host = StoreHost(
@@ -178,6 +186,8 @@ class Instance:
                 on_task=self.metrics.observe_task,
                 on_poison=self.metrics.observe_poison,
                 on_applied=self.applied.applied,
+                on_late=self.metrics.observe_late,
+                formats=formats,
             )
             host.start()
             stack.callback(host.stop)
@@ -248,12 +258,12 @@ class Instance:
                 host=host,
                 standby_read=replicas.get,
                 standby_offset=replicas.applied_offset,
+                standby_scan=replicas.scan,
+                formats=formats,
             )
             stack.callback(local.close)
             store_info = {
-                p.store: StoreInfo(
-                    p.source_topic(events), layout[p.source_topic(events)], p.partitioner
-                )
+                p.store: StoreInfo.of(p, p.source_topic(events), layout[p.source_topic(events)])
                 for p in self.service.projections
             }
             readers = StoreReaders(store_info, local, applied=self.applied)

@@ -16,6 +16,9 @@ application imports can add to or clash with what an instance serves. What it ho
 - ``foldstream_projection_poison_records_total{store,outcome}``: records the projection could
   not fold, by what became of them (``dead_lettered``, ``skipped``, ``stopped``: its store's
   ``on_error``), as its completed tasks report them;
+- ``foldstream_projection_late_records_total{store}``: records a windowed store dropped because
+  every window they fall into had closed (:mod:`~foldstream.projections.windows`), as its
+  completed tasks report them;
 - ``foldstream_command_transactions_total`` / ``foldstream_commands_committed_total``: Kafka
   transactions of the command side and the commands they carried (group commit: their ratio
   is the commands per transaction);
@@ -176,6 +179,13 @@ class InstanceMetrics:
             ["store", "outcome"],
             registry=self.registry,
         )
+        self.late_records = Counter(
+            "foldstream_projection_late_records",
+            "Records a windowed store dropped because every window they fall into had closed "
+            "(end + grace at or before the partition's stream time)",
+            ["store"],
+            registry=self.registry,
+        )
         self.registry.register(_CommandCounts(command_counts))
         self.registry.register(_ClusterFigures(cluster))
 
@@ -200,6 +210,10 @@ class InstanceMetrics:
         """Record a projection task's poison records, ``{outcome: records}``."""
         for outcome, records in outcomes.items():
             self.poison_records.labels(store, outcome).inc(records)
+
+    def observe_late(self, store: str, records: int) -> None:
+        """Record ``records`` a windowed store's task dropped as late."""
+        self.late_records.labels(store).inc(records)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

@@ -25,12 +25,14 @@ from foldstream.kafka import consume_available, consumer_config
 
 
 class TailRecord(NamedTuple):
-    """A record the tail read: its offset, key, value and headers as the consumer gave them."""
+    """A record the tail read: its offset, key, value, headers and timestamp (milliseconds,
+    None when it has none) as the consumer gave them."""
 
     offset: int
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]] | None
+    timestamp: int | None = None
 
 
 class KeptRecords:
@@ -64,7 +66,16 @@ class KeptRecords:
         if start is None or offset < start or (kept and offset <= kept[-1].offset):
             kept.clear()  # the first record, or the consumer went back (an offset reset)
             self._start[partition] = offset
-        kept.append(TailRecord(offset, message.key(), message.value(), message.headers()))
+        stamp_type, stamp = message.timestamp()  # type 0: the record has no timestamp
+        kept.append(
+            TailRecord(
+                offset,
+                message.key(),
+                message.value(),
+                message.headers(),
+                stamp if stamp_type else None,
+            )
+        )
         self._end[partition] = offset + 1
         if len(kept) > self.limit:
             del kept[: len(kept) - max(1, self.limit // 2)]

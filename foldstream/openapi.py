@@ -172,12 +172,12 @@ def _store_paths(store: str, limits: InputLimits, security: list[Any] | None) ->
         "schema": {"type": "integer", "minimum": 0},
     }
     after = {
-        "name": "after",
+        "name": "consistent_with",
         "in": "query",
         "description": (
             "a command's consistency token: answer only with state that includes that "
             "command (waits a bounded time, then 503 with Retry-After); or the header "
-            "Foldstream-After"
+            "Foldstream-Consistent-With"
         ),
         "schema": {"type": "string", "maxLength": 64},
     }

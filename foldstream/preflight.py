@@ -49,12 +49,16 @@ def check_state_dir(path: Path) -> None:
 
 
 def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout]:
-    """Each store's source and changelog topics: the projections' stores, and for a service
-    with aggregates the aggregate store (one more store of the events topic)."""
+    """Each store's source and changelog topics, and its partitions' format: the projections'
+    stores, and for a service with aggregates the aggregate store (one more store of the events
+    topic)."""
     events = settings.events_topic
     layouts = {
         p.store: StoreLayout(
-            p.source_topic(events), settings.changelog_topic(p.store), settings.on_stale_state
+            p.source_topic(events),
+            settings.changelog_topic(p.store),
+            settings.on_stale_state,
+            p.table_format,
         )
         for p in service.projections
     }

@@ -13,9 +13,10 @@ at module level::
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
@@ -26,6 +27,26 @@ if TYPE_CHECKING:
     from starlette.middleware import Middleware
 
     from foldstream.auth import Check
+
+
+class DemoRecord(NamedTuple):
+    """A record the demo writes to ``topic`` for a service's stores to fold: ``key``,
+    ``value`` (None: a tombstone) and ``timestamp`` (epoch milliseconds; None: now)."""
+
+    topic: str
+    key: bytes
+    value: bytes | None
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class DemoRecords:
+    """What ``foldstream demo`` writes for a service whose stores read other producers'
+    topics: it creates ``topics`` (``{topic: partitions}``) and writes what ``records(rng)``
+    gives, partitioned as the stores reading each topic declare."""
+
+    topics: Mapping[str, int]
+    records: Callable[[random.Random], Iterable[DemoRecord]]
 
 
 @dataclass(frozen=True)
@@ -40,6 +61,8 @@ class Service:
 
     :attr:`codec` decodes the events of the service's own aggregates and of nothing else; its
     projections are given it (:meth:`Projection.for_events`), and so is its command side.
+    ``demo``: the records ``foldstream demo`` writes to other producers' topics (a service
+    without commands has nothing else to show).
     """
 
     name: str
@@ -47,6 +70,7 @@ class Service:
     projections: Sequence[Projection] = ()
     authentication: Check | Middleware | None = None
     codec: EventCodec = field(init=False, repr=False, compare=False)
+    demo: DemoRecords | None = None
 
     def __post_init__(self) -> None:
         codec = EventCodec(self.aggregates.values())

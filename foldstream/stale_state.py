@@ -34,6 +34,7 @@ from foldstream.kafka import read_partitions_to_end, topic_ids
 from foldstream.offsets import positions_within
 from foldstream.settings import OnStaleState
 from foldstream.state import RocksDBWriter, discard_partition, partition_path
+from foldstream.state.format import TABLE_FORMAT
 from foldstream.state.rocksdb import is_lock_held
 from foldstream.state.validity import Observed, Recorded, Verdict, judge
 
@@ -44,13 +45,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LocalCopy:
-    """The local copy of ``store``'s ``partition`` under ``state_dir``, and its topics."""
+    """The local copy of ``store``'s ``partition`` under ``state_dir``, its topics and the
+    format it is kept in."""
 
     state_dir: Path
     store: str
     partition: int
     source_topic: str
     changelog_topic: str
+    table_format: str = TABLE_FORMAT
 
     @property
     def path(self) -> Path:
@@ -61,7 +64,7 @@ class LocalCopy:
         return f"{self.source_topic}/{self.partition}"
 
     def open(self) -> RocksDBWriter:
-        return RocksDBWriter(self.path, identity=self.identity)
+        return RocksDBWriter(self.path, identity=self.identity, table_format=self.table_format)
 
 
 def open_checked(bootstrap: str, copy: LocalCopy, on_stale: OnStaleState) -> RocksDBWriter:

@@ -2,8 +2,8 @@
 
 A command's 200 answer carries a token: the position of its last event in the events topic (the
 partition and offset), bound to the topic's name by a checksum. A query that sends it back
-(``?after=TOKEN`` or the header ``Foldstream-After: TOKEN``) is answered only with state that
-includes that event (:mod:`foldstream.query_api.answers`).
+(``?consistent_with=TOKEN`` or the header ``Foldstream-Consistent-With: TOKEN``) is answered
+only with state that includes that event (:mod:`foldstream.query_api.answers`).
 
 Tokens are opaque to clients: ``f1-<partition>-<offset>-<checksum>``, where the checksum is the
 CRC-32 of the topic's name, the partition and the offset. What comes back is untrusted input:
@@ -23,8 +23,8 @@ from foldstream.errors import InvalidRequest
 from foldstream.http_input import MAX_INT
 
 #: The query parameter and the header (lower case, as ASGI gives it) that carry a token.
-PARAM = "after"
-HEADER = b"foldstream-after"
+PARAM = "consistent_with"
+HEADER = b"foldstream-consistent-with"
 MAX_TOKEN_BYTES = 64
 _VERSION = "f1"
 _SHAPE = re.compile(r"f1-(0|[1-9][0-9]{0,8})-(0|[1-9][0-9]{0,18})-([0-9a-f]{8})")

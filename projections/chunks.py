@@ -30,7 +30,10 @@ def records_of_planned(planned: Planned) -> dict[int, Records]:
     ``{partition: records}``."""
     return {
         partition: [
-            (r.offset, EventRecord(r.key, r.value, tuple(r.headers) if r.headers else ()))
+            (
+                r.offset,
+                EventRecord(r.key, r.value, tuple(r.headers) if r.headers else (), r.timestamp),
+            )
             for r in kept
         ]
         for partition, kept in planned

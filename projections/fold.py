@@ -42,14 +42,14 @@ from foldstream.projections.chunks import (
     offset_of,
     partition_chunks,
 )
+from foldstream.projections.ordered import OrderedStore
+from foldstream.projections.ordered_fold import fold_ordered, handle_poison
 from foldstream.projections.poison import (
     NO_KEY,
-    STOPPED,
     Apply,
     PoisonPolicy,
     ValueTooLarge,
     apply_retried,
-    describe,
 )
 from foldstream.projections.projection import Projection
 from foldstream.projections.task_output import (
@@ -64,7 +64,7 @@ from foldstream.projections.task_output import (
 from foldstream.projections.task_steps import TaskSteps
 from foldstream.projections.worker import after_task, gc_paused
 from foldstream.state import PartitionWriter
-from foldstream.state.host import PartitionClosed, PartitionStop, RemotePartition, call_host
+from foldstream.state.host import PartitionClosed, RemotePartition, call_host
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,22 @@ def fold_and_send(
     if not fresh:
         return None
     folded = Folded(writer, changelog)
+    if isinstance(projection, OrderedStore):
+        changed = fold_ordered(projection, writer, fresh, folded, poison)
+    else:
+        changed = _fold_points(projection, writer, fresh, folded, poison)
+    if changelog is not None and changed:
+        send_changes(folded, changelog, changed, applied_offset)
+    return folded
+
+
+def _fold_points(
+    projection: Projection,
+    writer: PartitionWriter,
+    fresh: Records,
+    folded: Folded,
+    poison: PoisonPolicy | None,
+) -> dict[bytes, bytes | None]:
     changed: dict[bytes, bytes | None] = {}
     apply, get = projection.apply, writer.get
     applied, last_offset = 0, None
@@ -134,9 +150,7 @@ def fold_and_send(
         changed[key] = new_value
         applied, last_offset = applied + 1, offset
     folded.applied, folded.last_offset = applied, last_offset
-    if changelog is not None and changed:
-        send_changes(folded, changelog, changed, applied_offset)
-    return folded
+    return changed
 
 
 def _no_key() -> bytes | None:
@@ -167,12 +181,7 @@ def _retry_or_handle(
     except BrokerUnavailable:
         raise
     except Exception as final:  # noqa: BLE001 - any error of the record's is the policy's
-        if poison.on_error == "stop":
-            folded.stop = PartitionStop(offset, describe(final))
-            folded.outcomes[STOPPED] += 1
-        else:
-            folded.outcomes[poison.handle(offset, record, final, folded.on_delivery)] += 1
-            folded.dead_letters = poison.producer
+        handle_poison(folded, poison, offset, record, final)
     return None, True
 
 
@@ -234,6 +243,7 @@ class _FoldTask:
         self.handled = 0
         self.applied: dict[int, tuple[int, int]] = {}
         self.outcomes: Counter[str] = Counter()
+        self.late = 0  # records a windowed store dropped as late
         # Partitions moved to another instance, or stopped (policy ``stop``), since the batch
         # was planned: left to their new owner, which resumes from the offset stored with the
         # state (or to a restart of this instance).
@@ -258,7 +268,7 @@ class _FoldTask:
             self.settle()
         try:
             with self.steps.step("read"):
-                keys = list(dict.fromkeys(r.key for _, r in records if r.key is not None))
+                keys = self.projection.read_keys(records)
                 writer = RemotePartition(self.host, self.authkey, self.store, partition, keys)
             changelog = None
             if self.producer is not None and self.changelog_topic:
@@ -300,6 +310,7 @@ class _FoldTask:
                 self.moved.add(partition)
                 continue
             self.outcomes.update(folded.outcomes)
+            self.late += folded.late
             if done is not None:
                 count, offset = done
                 before = self.applied.get(partition, (0, offset))[0]
@@ -316,5 +327,7 @@ class _FoldTask:
         report = ("task", self.store, None, self.steps.seconds, self.handled, dict(self.outcomes))
         try:
             call_host(self.host, self.authkey, report)
+            if self.late:
+                call_host(self.host, self.authkey, ("late", self.store, None, self.late))
         except Exception:  # noqa: BLE001 - the batch is committed: only a metric is lost
             log.warning("could not report the task's steps to the store host", exc_info=True)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from foldstream.domain.records import EventCodec, EventRecord
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import PARTITIONERS, Partitioner
+from foldstream.state.format import TABLE_FORMAT
 
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -29,10 +30,16 @@ Fold = Callable[[Any, Any], Any]
 
 ErrorPolicy = Literal["dead-letter", "skip", "stop"]
 ERROR_POLICIES: tuple[str, ...] = get_args(ErrorPolicy)
+StoreKind = Literal["point", "ordered", "windowed"]
 
 
 class Projection(ABC):
-    """A store kept up to date from one topic, partition by partition."""
+    """A store kept up to date from one topic, partition by partition.
+
+    :attr:`kind` says what the store answers: ``point`` lookups by key (this class), or ranges
+    of an ``ordered`` store's entries and the windows of a ``windowed`` one
+    (:mod:`~foldstream.projections.ordered`, :mod:`~foldstream.projections.windows`).
+    """
 
     store: str
     partitioner: Partitioner
@@ -44,6 +51,18 @@ class Projection(ABC):
         no events."""
         return self
 
+    kind: ClassVar[StoreKind] = "point"
+
+    @property
+    def table_format(self) -> str:
+        """The on-disk format of the store's partitions (:mod:`foldstream.state.format`)."""
+        return TABLE_FORMAT
+
+    def read_keys(self, records: Sequence[tuple[int, EventRecord]]) -> list[bytes]:
+        """The stored keys a chunk of ``(offset, record)`` folds from, read in one round trip
+        before it is folded (others are read one by one)."""
+        return list(dict.fromkeys(r.key for _, r in records if r.key is not None))
+
     @abstractmethod
     def source_topic(self, events_topic: str) -> str:
         """The topic folded into the store (given the service's events topic)."""
@@ -53,7 +72,7 @@ class Projection(ABC):
         """The stored value after ``record``: new JSON bytes, or None to delete the key."""
 
 
-def _check(projection: Projection) -> None:
+def check_declaration(projection: Projection) -> None:
     store = projection.store
     if not store or not all(c.isalnum() or c in "-_" for c in store):
         raise ConfigurationError(f"store name {store!r} must be letters, digits, '-' or '_'")
@@ -81,7 +100,7 @@ class EventProjection(Projection):
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check(self)
+        check_declaration(self)
 
     def for_events(self, codec: EventCodec) -> EventProjection:
         return dataclasses.replace(self, _codec=codec)
@@ -116,7 +135,7 @@ class LatestValue(Projection):
     on_error: ErrorPolicy = "dead-letter"
 
     def __post_init__(self) -> None:
-        _check(self)
+        check_declaration(self)
         if self.value_format not in ("json", "string"):
             raise ConfigurationError(
                 f"value_format must be 'json' or 'string', not {self.value_format!r}"

@@ -13,6 +13,8 @@ from typing import Any
 
 from foldstream.domain.records import EventRecord
 from foldstream.kafka import read_to_end
+from foldstream.projections.ordered import OrderedStore
+from foldstream.projections.ordered_reference import fold_ordered_topic
 from foldstream.projections.projection import Projection
 
 
@@ -20,7 +22,11 @@ def fold_topic(
     bootstrap: str, projection: Projection, topic: str, partitions: int
 ) -> dict[str, Any]:
     """``{key: value}`` of every key of ``topic``: the decoded JSON the query API serves, or
-    None for a key the projection deleted (the API answers 404 for it)."""
+    None for a key the projection deleted (the API answers 404 for it). For an ordered or
+    windowed store, ``{key: entries or windows}`` as its reads answer them
+    (:mod:`~foldstream.projections.ordered_reference`)."""
+    if isinstance(projection, OrderedStore):
+        return fold_ordered_topic(bootstrap, projection, topic, partitions)
     stored: dict[bytes, bytes | None] = {}
     for batch in read_to_end(bootstrap, topic, partitions):
         for message in batch:

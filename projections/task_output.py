@@ -80,6 +80,7 @@ class Folded:
     outcomes: Counter[str] = field(default_factory=Counter)
     dead_letters: Any = None  # the producer of its dead-letter records, if it sent any
     stop: PartitionStop | None = None  # where the partition stopped (policy ``stop``)
+    late: int = 0  # records a windowed store dropped as late
 
     def on_delivery(self, error: Any, message: Any) -> None:
         """Delivery report of a dead-letter record."""

@@ -1,5 +1,8 @@
 """Every answer to a lookup, built in one place: ``GET /stores/{store}/keys/{key}`` (200, 307,
-400, 404, 414, 503) and ``POST /stores/{store}/keys`` (a batch: 200, 400, 404, 413, 414).
+400, 404, 414, 503), ``POST /stores/{store}/keys`` (a batch: 200, 400, 404, 413, 414), and the
+range and window reads of ordered stores, ``GET /stores/{store}/keys/{key}/range`` and
+``.../windows`` (their parameters and bodies: :mod:`.range_answers`), routed as lookups are.
+A key that ends in ``/range`` or ``/windows`` is looked up with its last ``/`` sent as ``%2F``.
 
 The Starlette routes (:mod:`.http`), the ASGI fast path (:mod:`.fast_lookup`) and the uvicorn
 protocol (:mod:`.lookup_protocol`) all hand the raw request (path as sent, query string, body)
@@ -16,23 +19,27 @@ from typing import Any
 from urllib.parse import quote
 
 from foldstream.errors import InvalidRequest, StoreNotFound
-from foldstream.http_input import InputLimits, count, last, query_params
+from foldstream.http_input import InputLimits, Params, count, last, query_params
 from foldstream.query_api.batch import batch_answer
 from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
-from foldstream.query_api.stores import StoreReaders
+from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
+from foldstream.query_api.stores import StoreInfo, StoreReaders
 from foldstream.responses import JSON_TYPE, Answer, error_answer
 from foldstream.routing import (
     HOPS_PARAM,
     Local,
+    Location,
     Locator,
     Redirect,
     redirect_answer,
     unavailable_answer,
 )
+from foldstream.state.ordered_keys import STREAM_TIME, decode_int, encode_int
 from foldstream.tokens import Token
 
 _STORES = b"/stores/"
 _SAFE_IN_PATH = "/:@!$&'()*+,;=-._~"
+_ORDERED_READS = (RANGE, WINDOWS)
 
 
 def raw_path_of(scope: dict[str, Any]) -> bytes:
@@ -85,6 +92,8 @@ class LookupAnswers:
             return self._lookup(raw_path, query_string, *target)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
 
     def _lookup(
         self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
@@ -93,21 +102,18 @@ class LookupAnswers:
         if len(raw_path) + len(query_string) > limits.max_url_bytes:
             limits.check_url(raw_path, query_string)  # raises
         store = self._names.get(raw_store) or limits.name(raw_store, "store name")
+        if raw_key.endswith(_ORDERED_READS):
+            return self._ordered(raw_path, query_string, store, raw_key)
         if raw_key.isascii() and b"%" not in raw_key and len(raw_key) <= limits.max_key_bytes:
             key = raw_key  # as limits.key() would have it, for fewer calls on the hot path
         else:
             key = limits.key(raw_key)
-        params, max_lag = [], None
-        if query_string:  # most lookups have none: spared the parsing
-            params = query_params(query_string)
-            max_lag = count("max_lag", last(params, "max_lag"))
-            count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
+        params, max_lag = routing_params(query_string)
         stores, locator = self._started()
-        try:
-            info = stores.info(store)
-        except StoreNotFound as exc:
-            return error_answer(404, str(exc))
+        info = stores.info(store)
         self._names[raw_store] = store  # a store's: the cache stays as small as the layout
+        if info.kind != "point":
+            return error_answer(400, _not_a(store, "point", info))
         partition = stores.partition(store, key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if isinstance(location, Redirect):
@@ -131,8 +137,9 @@ class LookupAnswers:
         self, raw_path: bytes, query_string: bytes, header: bytes | None, wait_s: float
     ) -> Answer | None:
         """:meth:`lookup`, answered only with state that includes the consistency token of
-        the query (``after``) or ``header``: this instance's copy of the key's partition is
-        awaited up to ``wait_s`` seconds first (:mod:`foldstream.query_api.consistency`)."""
+        the query (``consistent_with``) or ``header``: this instance's copy of the key's
+        partition is awaited up to ``wait_s`` seconds first
+        (:mod:`foldstream.query_api.consistency`)."""
         target = store_path(raw_path, b"keys/")
         if target is None:
             return None
@@ -151,12 +158,14 @@ class LookupAnswers:
     async def _await_token(
         self, query_string: bytes, raw_store: bytes, raw_key: bytes, token: Token, wait_s: float
     ) -> Answer | None:
-        """None once the copy here that answers the lookup includes ``token`` (or when the
-        lookup is answered elsewhere: redirected, or 503); else the 503 to answer."""
+        """None once the copy here that answers the lookup (or range or windows read) includes
+        ``token`` (or when it is answered elsewhere: redirected, or 503); else the 503 to
+        answer."""
         store = self.limits.name(raw_store, "store name")
+        if raw_key.endswith(_ORDERED_READS):  # a range or windows read: of the key before it
+            raw_key = raw_key[: -len(WINDOWS if raw_key.endswith(WINDOWS) else RANGE)]
         key = self.limits.key(raw_key)
-        params = query_params(query_string)
-        max_lag = count("max_lag", last(params, "max_lag"))
+        _, max_lag = routing_params(query_string)
         stores, locator = self._started()
         info = stores.info(store)
         check_topic(token, store, info.topic)
@@ -168,6 +177,33 @@ class LookupAnswers:
         return await wait_for_token(
             stores, store, info.topic, partition, token, wait_s, standby=standby
         )
+
+    def _ordered(self, raw_path: bytes, query_string: bytes, store: str, raw_key: bytes) -> Answer:
+        """The answer to a range or windows read of ``raw_key`` (with its ``/range`` or
+        ``/windows``)."""
+        windows = raw_key.endswith(WINDOWS)
+        key = self.limits.key(raw_key[: -len(WINDOWS if windows else RANGE)])
+        params, max_lag = routing_params(query_string)
+        stores, locator = self._started()
+        info = stores.info(store)
+        wanted = "windowed" if windows else "ordered"
+        if info.kind != wanted:
+            return error_answer(400, _not_a(store, wanted, info))
+        span = span_of(info, key, ordered_params(query_string), self.limits, windows)
+        partition = stores.partition(store, key)
+        location = locator.locate(info.topic, partition, max_lag=max_lag)
+        if not isinstance(location, Local):
+            return _elsewhere(location, raw_path, params)
+        standby = location.role == "standby"
+        start = span.start
+        if windows:  # windows past retention are not answered, even before their deletion
+            start = max(
+                start,
+                span.prefix + encode_int(_first_kept(stores, store, info, partition, standby)),
+            )
+        found = stores.scan(store, partition, start, span.end, span.limit + 1, standby=standby)
+        body = entries_body(key.decode(), info, span, found, served_by_json(location, partition))
+        return Answer(200, [JSON_TYPE], body)
 
     def batch(self, raw_path: bytes, query_string: bytes, body: bytes) -> Answer | None:
         """The answer to a batch lookup, ``POST raw_path`` of ``body``; None if ``raw_path``
@@ -187,6 +223,8 @@ class LookupAnswers:
             if len(body) > limits.max_body_bytes:
                 raise InvalidRequest(limits.too_large(len(body)), status=413)
             stores, locator = self._started()
+            if (info := stores.info(store)).kind != "point":
+                return error_answer(400, _not_a(store, "point", info))
             answer = batch_answer(stores, locator, store, body, limits, not_yet)
             return Answer(200, [JSON_TYPE], answer)
         except InvalidRequest as exc:
@@ -235,6 +273,42 @@ class LookupAnswers:
             return None
         self.limits.check_url(raw_path, query_string)
         return self.limits.name(target[0], "store name"), self.limits.key(target[1])
+
+
+def routing_params(query_string: bytes) -> tuple[Params, int | None]:
+    """The query's parameters and its ``max_lag``, ``hops`` checked (InvalidRequest)."""
+    if not query_string:  # most lookups have none: spared the parsing
+        return [], None
+    params = query_params(query_string)
+    max_lag = count("max_lag", last(params, "max_lag"))
+    count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
+    return params, max_lag
+
+
+def _elsewhere(location: Location, raw_path: bytes, params: Params) -> Answer:
+    if isinstance(location, Redirect):
+        return redirect_answer(location, raw_path, params)
+    return unavailable_answer(location)  # type: ignore[arg-type]
+
+
+def _first_kept(
+    stores: StoreReaders, store: str, info: StoreInfo, partition: int, standby: bool
+) -> int:
+    """The earliest window start of ``partition`` still within retention."""
+    raw = stores.get(store, partition, STREAM_TIME, standby=standby)
+    if raw is None:
+        return -(2**63)
+    return decode_int(raw) - (info.window_ms or 0) - (info.retention_ms or 0) + 1
+
+
+def _not_a(store: str, wanted: str, info: StoreInfo) -> str:
+    """What a read meant for a ``wanted`` store answers on a store of ``info.kind``."""
+    reads = {
+        "point": f"look its keys up with GET /stores/{store}/keys/{{key}}",
+        "ordered": f"read its ranges with GET /stores/{store}/keys/{{key}}/range",
+        "windowed": f"read its windows with GET /stores/{store}/keys/{{key}}/windows",
+    }
+    return f"store {store!r} is not {wanted} but {info.kind}: {reads[info.kind]}"
 
 
 def served_by_json(location: Local, partition: int) -> bytes:

@@ -1,8 +1,9 @@
 """Read-your-writes: queries answered only with state that includes a consistency token.
 
 A command's answer carries a token, the position of its last event (:mod:`foldstream.tokens`).
-A lookup or batch lookup that sends it back (``?after=TOKEN`` or the header
-``Foldstream-After``) is answered from a copy that has applied that position: the copy the
+A lookup, a batch lookup, or a range or windows read that sends it back
+(``?consistent_with=TOKEN`` or the header ``Foldstream-Consistent-With``; ``after`` is the
+range reads' page cursor) is answered from a copy that has applied that position: the copy the
 lookup would read anyway (the active one, or a standby within ``max_lag``) is awaited up to the
 instance's ``consistency_wait_ms``, woken as soon as its writer applies the offset
 (:class:`~foldstream.state.applied.AppliedOffsets`); if it has not by then, the answer is 503
@@ -37,12 +38,12 @@ def has_token(query_string: bytes) -> bool:
 
 
 def token_header(scope: Mapping[str, Any]) -> bytes | None:
-    """The value of an ASGI request's ``Foldstream-After`` header (None without one)."""
+    """The value of an ASGI request's ``Foldstream-Consistent-With`` header (None without one)."""
     return header_value(scope.get("headers", ()))
 
 
 def header_value(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
-    """The value of ``Foldstream-After`` among ``headers`` (lower-case names), if any."""
+    """The value of ``Foldstream-Consistent-With`` among ``headers`` (lower-case names), if any."""
     for name, value in headers:
         if name == HEADER:
             return value
@@ -50,7 +51,7 @@ def header_value(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
 
 
 def requested_token(query_string: bytes, header: bytes | None) -> Token | None:
-    """The token of a query (its ``after`` parameter, else ``header``); None without one;
+    """The token of a query (its ``consistent_with`` parameter, else ``header``); None without one;
     :class:`InvalidRequest` (400) for one that does not parse."""
     raw = last(query_params(query_string), PARAM) if query_string else None
     if raw is None and header is not None:

@@ -48,7 +48,12 @@ def query_routes(
         return JSONResponse(
             {
                 "stores": [
-                    {"name": s, "partitions": i.partitions, "partitioner": i.partitioner}
+                    {
+                        "name": s,
+                        "partitions": i.partitions,
+                        "partitioner": i.partitioner,
+                        "kind": i.kind,
+                    }
                     for s, i in layout.items()
                 ]
             }

@@ -7,22 +7,54 @@ a read-only view of this instance's :class:`~foldstream.state.local.LocalStores`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from foldstream.errors import StoreNotFound
 from foldstream.kafka import Partitioner, partition_for
+from foldstream.projections import Projection, WindowedAggregate
+from foldstream.projections.ordered import OrderedProjection
+from foldstream.projections.projection import StoreKind
 from foldstream.state.applied import AppliedOffsets
+from foldstream.state.base import Entries
+from foldstream.state.format import ORDERED_FORMAT, TABLE_FORMAT
 from foldstream.state.local import LocalStores
+from foldstream.state.ordered_keys import SortKeyType
 
 
 @dataclass(frozen=True)
 class StoreInfo:
-    """A store's source ``topic``, its partition count and the producer's partitioner."""
+    """A store's source ``topic``, its partition count and the producer's partitioner; its
+    ``kind`` (what it answers), and for an ordered store its ``sort_key`` type, for a windowed
+    one its windows' size and retention (milliseconds)."""
 
     topic: str
     partitions: int
     partitioner: Partitioner
+    kind: StoreKind = "point"
+    sort_key: SortKeyType | None = None
+    window_ms: int | None = None
+    retention_ms: int | None = None
+
+    @classmethod
+    def of(cls, projection: Projection, topic: str, partitions: int) -> StoreInfo:
+        """The info of ``projection``'s store, whose source ``topic`` has ``partitions``."""
+        info = cls(topic, partitions, projection.partitioner, projection.kind)
+        if isinstance(projection, OrderedProjection):
+            return replace(info, sort_key=projection.sort_key)
+        if isinstance(projection, WindowedAggregate):
+            return replace(
+                info,
+                sort_key="time",
+                window_ms=projection.size_ms,
+                retention_ms=projection.retention_ms,
+            )
+        return info
+
+    @property
+    def table_format(self) -> str:
+        """The on-disk format of the store's partitions."""
+        return TABLE_FORMAT if self.kind == "point" else ORDERED_FORMAT
 
 
 class StoreReaders:
@@ -45,7 +77,8 @@ class StoreReaders:
     def at(cls, state_dir: Path, stores: Mapping[str, StoreInfo]) -> StoreReaders:
         """Readers of the store partitions under ``state_dir`` as written by other processes
         (read-only snapshots, for tools and tests); :meth:`close` closes them."""
-        return cls(stores, LocalStores(state_dir))
+        formats = {name: info.table_format for name, info in stores.items()}
+        return cls(stores, LocalStores(state_dir, formats=formats))
 
     def close(self) -> None:
         """Close the snapshots this view opened (an instance closes its stores itself)."""
@@ -93,3 +126,16 @@ class StoreReaders:
         if self._applied is None or timeout <= 0:
             return reached()
         return await self._applied.wait(store, partition, offset, timeout, reached)
+
+    def scan(
+        self,
+        store: str,
+        partition: int,
+        start: bytes,
+        end: bytes,
+        limit: int,
+        *,
+        standby: bool = False,
+    ) -> Entries:
+        """Up to ``limit`` entries of ``[start, end)`` from one copy, in key order."""
+        return self._local.scan(store, partition, start, end, limit, standby=standby)

@@ -20,11 +20,11 @@ def test_a_token_names_its_position_and_topic() -> None:
     assert (token.partition, token.offset) == (3, 41)
     assert token.of("inventory.events") and not token.of("other.events")
     assert parse_token(raw.encode()) == token
-    assert requested_token(b"after=" + raw.encode(), None) == token
+    assert requested_token(b"consistent_with=" + raw.encode(), None) == token
     assert requested_token(b"max_lag=1", raw.encode()) == token
     assert requested_token(b"", None) is None
-    assert has_token(b"x=1&after=" + raw.encode()) and not has_token(b"max_lag=0")
-    assert header_value([(b"foldstream-after", b"t")]) == b"t"
+    assert has_token(b"x=1&consistent_with=" + raw.encode()) and not has_token(b"max_lag=0")
+    assert header_value([(b"foldstream-consistent-with", b"t")]) == b"t"
 
 
 @pytest.mark.parametrize(

@@ -186,7 +186,9 @@ def test_the_reader_folds_what_it_fetches_or_was_planned_with_and_yields_a_row_p
 
     # A micro-batch planned with its records (read by the driver's tail) fetches nothing.
     (rest,) = read_messages(broker.bootstrap, topic, [KafkaRange(0, 4, 6)])
-    tail = tuple(TailRecord(m.offset(), m.key(), m.value(), m.headers()) for m in rest)
+    tail = tuple(
+        TailRecord(m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1]) for m in rest
+    )
     planned = KafkaRanges((KafkaRange(0, 4, 6),), planned=((0, tail),))
     assert list(reader.read(planned)) == [(0, 2, 5)]
     assert on_hand(host, 0) == 5

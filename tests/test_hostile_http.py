@@ -160,6 +160,14 @@ HOSTILE: list[tuple[str, bytes, int]] = [
         400,
     ),
     ("9 KB query string", request("GET", "/stores/stock/keys/x?pad=" + "p" * 9000), 414),
+    ("windows from=%FF", request("GET", "/stores/sales_10m/keys/x/windows?from=%FF"), 400),
+    (
+        "windows limit 10^30",
+        request("GET", f"/stores/sales_10m/keys/x/windows?limit={'9' * 30}"),
+        400,
+    ),
+    ("windows after garbage", request("GET", "/stores/sales_10m/keys/x/windows?after=%00"), 400),
+    ("range of a point store", request("GET", "/stores/stock/keys/x/range"), 400),
     ("unknown path", request("GET", "/nowhere"), 404),
     ("method not allowed", request("DELETE", "/stores"), 405),
     ("not HTTP", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64 + b"\r\n\r\n", 400),
@@ -194,7 +202,9 @@ def test_percent_ff_and_fe_are_never_one_key(running: InstanceProcess) -> None:
 
 # -- fuzzing -------------------------------------------------------------------------------
 
-_NAMES = st.sampled_from(["stock", "product", "sell", "receive_shipment", "keys", "owners", ""])
+_NAMES = st.sampled_from(
+    ["stock", "sales_10m", "product", "sell", "receive_shipment", "keys", "owners", "range", ""]
+)
 _PERCENT = st.binary(max_size=12).map(lambda b: "".join(f"%{c:02X}" for c in b))
 _TEXT = st.text(max_size=20).map(lambda t: urllib.parse.quote(t, safe=""))
 _SEGMENT = st.one_of(_NAMES, _PERCENT, _TEXT, st.sampled_from(["%", "%G1", "%2F", "..", "a b"]))
@@ -203,7 +213,12 @@ _NUMBER = st.one_of(
     st.sampled_from(["", "-1", "1.5", "1e3", "０", "9" * 30, "0x10", " 1", "١"]),
 )
 _QUERY = st.lists(
-    st.tuples(st.sampled_from(["hops", "max_lag", "expected_version", "x", ""]), _NUMBER | _TEXT),
+    st.tuples(
+        st.sampled_from(
+            ["hops", "max_lag", "expected_version", "x", "", "from", "to", "limit", "after"]
+        ),
+        _NUMBER | _TEXT | _PERCENT | st.sampled_from(["2026-05-01T10:00Z", "gAAB", "AAAA"]),
+    ),
     max_size=3,
 ).map(lambda pairs: "&".join(f"{k}={v}" for k, v in pairs))
 _JSON = st.recursive(
@@ -235,6 +250,9 @@ _HEADERS = st.dictionaries(
 _PATHS = st.one_of(
     st.tuples(_SEGMENT, _SEGMENT).map(lambda s: f"/stores/{s[0]}/keys/{s[1]}"),
     st.tuples(_SEGMENT, _SEGMENT).map(lambda s: f"/stores/{s[0]}/owners/{s[1]}"),
+    st.tuples(_SEGMENT, _SEGMENT, st.sampled_from(["range", "windows"])).map(
+        lambda s: "/stores/{}/keys/{}/{}".format(*s)
+    ),
     _SEGMENT.map(lambda s: f"/stores/{s}/keys"),
     st.tuples(_SEGMENT, _SEGMENT, _SEGMENT).map(lambda s: "/commands/{}/{}/{}".format(*s)),
     st.sampled_from(["/stores", "/cluster", "/health", "/ready", "/metrics", "/", "/stores/"]),

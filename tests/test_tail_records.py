@@ -69,7 +69,7 @@ def reached(ends: EndOffsets, wanted: dict[int, int], timeout: float = 20.0) -> 
 def read(broker: EmbeddedBroker, topic: str, spans: list[KafkaRange]) -> list[TailRecord]:
     """What a task's fetch of ``spans`` gives, as the tail keeps records."""
     return [
-        TailRecord(m.offset(), m.key(), m.value(), m.headers())
+        TailRecord(m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1])
         for fetch in read_messages(broker.bootstrap, topic, spans)
         for m in fetch
     ]
@@ -164,6 +164,9 @@ class Message:
 
     def headers(self) -> None:
         return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, 1_700_000_000_000 + self._offset
 
 
 def offsets(kept: list[TailRecord] | None) -> list[int] | None:

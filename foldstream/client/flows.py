@@ -193,13 +193,13 @@ class ClientCore:
     # -- operations ---------------------------------------------------------------------------
 
     def lookup(
-        self, store: str, key: str, max_lag: int | None, after: str | None = None
+        self, store: str, key: str, max_lag: int | None, consistent_with: str | None = None
     ) -> Flow[LookupAnswer]:
         yield from self.refresh()
         base = self.router.store_owner(store, key) or self.router.any_instance()
         params = {} if max_lag is None else {"max_lag": str(int(max_lag))}
-        if after is not None:
-            params["after"] = after
+        if consistent_with is not None:
+            params["consistent_with"] = consistent_with
         query = f"?{urlencode(params)}" if params else ""
         response = yield from self.exchange(
             Send("GET", base + _path("stores", store, "keys", key) + query)

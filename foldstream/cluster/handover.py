@@ -92,6 +92,9 @@ class Handover:
         self.wake = threading.Event()
         self._stopping = threading.Event()
         self._failures: dict[TopicPartition, str] = {}  # the last failed takeover of each
+        # Store partitions a takeover is restoring and opening: no standby copy of them may be
+        # opened meanwhile (one RocksDB, opened twice in this process, fails the takeover).
+        self._taking_over: set[tuple[str, int]] = set()
         self._threads = [
             threading.Thread(target=self._reconcile_loop, name="reconcile", daemon=True),
             threading.Thread(target=self._take_over_loop, name="takeover", daemon=True),
@@ -113,10 +116,17 @@ class Handover:
     def failure(self) -> str | None:
         """Why a takeover of a partition still to be taken over failed last, if it did."""
         with self.lock:
+            # Only of partitions still claimed here: one given away since is not ours to fail.
+            claimed = self.ownership.held()
             for key, reason in sorted(self._failures.items()):
-                if key not in self.ownership.serving:
+                if key in claimed and key not in self.ownership.serving:
                     return reason
         return None
+
+    def taking_over(self) -> set[tuple[str, int]]:
+        """Store partitions a takeover is restoring and opening now (call under the copies
+        lock, as :meth:`_take_over` changes them under it)."""
+        return set(self._taking_over)
 
     def held(self) -> TopicPartitions:
         with self.lock:
@@ -210,7 +220,17 @@ class Handover:
         started = time.monotonic()
         keys = self.store_keys(gained)
         with self._copies_lock:
+            self._taking_over.update(keys)
             self._copies.release(keys)
+        try:
+            self._restore_and_hold(gained, keys, started)
+        finally:
+            with self._copies_lock:
+                self._taking_over.difference_update(keys)
+
+    def _restore_and_hold(
+        self, gained: TopicPartitions, keys: list[tuple[str, int]], started: float
+    ) -> None:
         with self.lock:
             epoch = self.ownership.epoch
         restored = 0

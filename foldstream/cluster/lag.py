@@ -117,12 +117,15 @@ def partition_lag(
     lag: Mapping[str, int], stores: Mapping[str, StoreLayout], topic: str, partition: int
 ) -> int | None:
     """The largest lag (``lag`` maps ``"<store>/<partition>"``) among the stores of ``topic``
-    at ``partition``; None unless every one of them has a figure."""
+    at ``partition``; None unless every one of them has a figure. 0 for a topic no store reads
+    (the events of a service whose stores all read other topics): nothing to copy."""
     lags = [
         lag.get(f"{store}/{partition}")
         for store, layout in stores.items()
         if layout.source_topic == topic
     ]
-    if not lags or any(value is None for value in lags):
+    if not lags:
+        return 0
+    if any(value is None for value in lags):
         return None
     return max(value for value in lags if value is not None)

@@ -253,8 +253,11 @@ def _copy_lag(
     stores: Mapping[str, StoreLayout], state: MemberState, topic: str, partition: int
 ) -> int | None:
     """Records ``state``'s member lacks to serve ``partition``: 0 for a copy it serves, its
-    standby copy's published lag, or None without a copy."""
+    standby copy's published lag, or None without a copy; 0 for a topic no store reads (the
+    events of a service whose stores read other topics): there is nothing to copy."""
     if partition in state.active.get(topic, ()):
+        return 0
+    if all(layout.source_topic != topic for layout in stores.values()):
         return 0
     if partition in state.standby.get(topic, ()):
         return partition_lag(state.lag, stores, topic, partition)

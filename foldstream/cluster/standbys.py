@@ -16,7 +16,8 @@ class StandbyKeeper:
 
     ``copies_lock`` is held while choosing and opening copies, and by a takeover while it
     releases its partitions' copies: a copy chosen from a view older than the takeover is never
-    opened after the takeover released it (both would open one RocksDB in this process).
+    opened after the takeover released it, nor while the takeover runs (both would open one
+    RocksDB in this process).
     """
 
     def __init__(
@@ -41,9 +42,9 @@ class StandbyKeeper:
             mine = self._handover.held() | assignment.owned_by(me)
             wanted = assignment.standby_of(me) - mine
             # Not one still held as active (its release is under way): both would open it.
-            held = self._handover.local.held()
+            busy = self._handover.local.held() | self._handover.taking_over()
             self.replicas.assign(
-                [key for key in self._handover.store_keys(wanted) if key not in held]
+                [key for key in self._handover.store_keys(wanted) if key not in busy]
             )
 
     def partitions(self) -> set[TopicPartition]:

@@ -8,7 +8,11 @@ batch. A crash therefore leaves either the old state and old offset or the new o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from typing import Self
+
+Entries = list[tuple[bytes, bytes]]
+"""``(key, value)`` pairs in key order: what a range read returns."""
 
 
 class PartitionReader(ABC):
@@ -21,6 +25,11 @@ class PartitionReader(ABC):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """The stored values of ``keys`` (None where missing), in their order."""
         return [self.get(key) for key in keys]
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> Entries:
+        """Up to ``limit`` entries whose keys are in ``[start, end)``, in key order: the stores
+        of an ordered format (:mod:`foldstream.state.format`) read ranges."""
+        raise NotImplementedError(f"{type(self).__name__} does not read ranges")
 
     @abstractmethod
     def applied_offset(self) -> int | None:
@@ -69,3 +78,33 @@ class PartitionWriter(PartitionReader):
 
     def refresh(self) -> None:
         return None
+
+
+def overlay_scan(
+    committed: Callable[[bytes, bytes, int], Entries],
+    pending: Mapping[bytes, bytes | None],
+    start: bytes,
+    end: bytes,
+    limit: int,
+) -> Entries:
+    """What a writer's :meth:`PartitionReader.scan` sees: the ``committed`` entries of
+    ``[start, end)`` with its ``pending`` changes (None: deleted) laid over them, up to
+    ``limit``. Each round reads a page of committed entries and settles every key up to the
+    page's last one, so a page full of keys deleted since is read past, never answered short."""
+    found: Entries = []
+    cursor = start
+    while len(found) < limit:
+        page = committed(cursor, end, limit)
+        full = len(page) == limit
+        merged = dict(page)
+        for key, value in pending.items():
+            if cursor <= key < end and (not full or key <= page[-1][0]):
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+        found += sorted(merged.items())[: limit - len(found)]
+        if not full:
+            break
+        cursor = page[-1][0] + b"\x00"  # the first key after the page's last
+    return found

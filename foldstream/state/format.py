@@ -1,6 +1,10 @@
-"""The on-disk format of store partitions: RocksDB's PlainTable (see :func:`store_options`),
-stamped in each partition directory, and the conversion in place of a directory written in the
-block-based format foldstream used before the stamp existed."""
+"""The on-disk formats of store partitions, stamped in each partition directory: RocksDB's
+PlainTable for point stores (:data:`TABLE_FORMAT`), block-based tables for ordered and windowed
+stores (:data:`ORDERED_FORMAT`, iterated in key order); and the conversion in place of a point
+store's directory written in the block-based format foldstream used before the stamp existed.
+
+A directory is only ever opened in the format stamped in it: one of another format than its
+store declares is refused (:class:`~foldstream.errors.StateCorrupted`), never reinterpreted."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from pathlib import Path
 
 from rocksdict import (
     AccessType,
+    BlockBasedOptions,
     Options,
     PlainTableFactoryOptions,
     Rdict,
@@ -22,8 +27,11 @@ from rocksdict import (
 
 from foldstream.errors import StateCorrupted
 
-#: The format of every partition, stamped in :data:`FORMAT_FILE` of its directory.
+#: The format of a point store's partitions, stamped in :data:`FORMAT_FILE` of its directory.
 TABLE_FORMAT = "plain-table/1"
+#: The format of an ordered (or windowed) store's partitions: block-based tables, in key order.
+ORDERED_FORMAT = "ordered/1"
+FORMATS = (TABLE_FORMAT, ORDERED_FORMAT)
 FORMAT_FILE = "FOLDSTREAM-FORMAT"
 #: Directories without a stamp were written by foldstream before 2026-11-24.
 BLOCK_BASED = "block-based"
@@ -37,8 +45,7 @@ _preparing = threading.Lock()
 log = logging.getLogger(__name__)
 
 
-def store_options() -> Options:
-    """The options every partition database is opened with (also needed to read one)."""
+def _common_options() -> Options:
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
@@ -46,6 +53,17 @@ def store_options() -> Options:
     # Writers stay open for as long as an instance owns a partition: bound each partition's
     # memtables (the default is 64 MB each) so that many partitions fit an instance's budget.
     options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    return options
+
+
+def store_options(table_format: str = TABLE_FORMAT) -> Options:
+    """The options a partition database of ``table_format`` is opened with (also needed to
+    read one)."""
+    if table_format == ORDERED_FORMAT:
+        return ordered_options()
+    if table_format != TABLE_FORMAT:
+        raise ValueError(f"unknown store format {table_format!r}; known: {FORMATS}")
+    options = _common_options()
     # Stores are only ever read by point lookups, never iterated. PlainTable (memory-mapped
     # files, a hash index over whole keys) answers random multi-gets several times faster than
     # block-based tables however they are tuned (docs/decisions.md, "PlainTable for point
@@ -59,6 +77,17 @@ def store_options() -> Options:
     return options
 
 
+def ordered_options() -> Options:
+    """Ordered stores are read by ranges (a seek, then the next keys in order), which PlainTable
+    cannot do without a prefix extractor fitted to the keys: RocksDB's default block-based
+    tables, with a bloom filter for the point reads a windowed fold makes."""
+    options = _common_options()
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
+    return options
+
+
 def stamped_format(path: Path) -> str | None:
     """The format a partition directory holds, None if it holds no database yet."""
     if not (path / "CURRENT").exists():
@@ -67,23 +96,22 @@ def stamped_format(path: Path) -> str | None:
     return BLOCK_BASED if stamped is None else stamped
 
 
-def prepare_for_writer(path: Path) -> None:
-    """Make ``path`` ready to be opened for writing with :func:`store_options`: stamp a new
-    directory, convert one in the block-based format in place (values and metadata as they
-    are), and finish or clean up a conversion a crash interrupted."""
+def prepare_for_writer(path: Path, table_format: str = TABLE_FORMAT) -> None:
+    """Make ``path`` ready to be opened for writing with :func:`store_options` of
+    ``table_format``: stamp a new directory, convert a point store's directory in the old
+    block-based format in place (values and metadata as they are), finish or clean up a
+    conversion a crash interrupted, and refuse a directory of another format."""
     converting = path.with_name(f"{path.name}.converting")
     replaced = path.with_name(f"{path.name}.replaced")
     with _preparing:
         if converting.exists() and _stamp_of(converting) != TABLE_FORMAT:
             shutil.rmtree(converting)  # cut short: it starts again
         found = stamped_format(path)
-        if found == BLOCK_BASED and not converting.exists():
+        convertible = table_format == TABLE_FORMAT and found == BLOCK_BASED
+        if convertible and not converting.exists():
             _convert(path, converting)
-        elif found not in (None, TABLE_FORMAT, BLOCK_BASED):
-            raise StateCorrupted(
-                f"{path} holds a database in the {found!r} format, which this version of"
-                f" foldstream cannot read (it writes {TABLE_FORMAT!r})"
-            )
+        elif found not in (None, table_format) and not convertible:
+            raise StateCorrupted(wrong_format(path, found, table_format))
         if converting.exists():  # converted, possibly before a crash between the renames
             if path.exists():
                 path.rename(replaced)
@@ -92,7 +120,22 @@ def prepare_for_writer(path: Path) -> None:
             shutil.rmtree(replaced)
         if stamped_format(path) is None:
             path.mkdir(parents=True, exist_ok=True)
-            _write_stamp(path)
+            _write_stamp(path, table_format)
+
+
+def wrong_format(path: Path, found: str | None, expected: str) -> str:
+    """What :class:`StateCorrupted` says of a directory in the ``found`` format, opened as
+    ``expected``."""
+    if found not in FORMATS:
+        return (
+            f"{path} holds a database in the {found!r} format, which this version of"
+            f" foldstream cannot open as {expected!r}"
+        )
+    return (
+        f"{path} holds a store in the {found!r} format, but its store is declared as one kept"
+        f" in {expected!r} (was it declared another kind of store before?): delete the store's"
+        " directory to have it rebuilt, or give the store a new name"
+    )
 
 
 def _convert(path: Path, converting: Path) -> None:
@@ -129,7 +172,7 @@ def _convert(path: Path, converting: Path) -> None:
     finally:
         new.close()
         old.close()
-    _write_stamp(converting)  # last: a directory without it is a conversion cut short
+    _write_stamp(converting, TABLE_FORMAT)  # last: a directory without it is a conversion cut short
     log.warning(
         "converted %s from the %r format to %r in place: %d records in %.1fs",
         path,
@@ -145,11 +188,11 @@ def _stamp_of(path: Path) -> str | None:
     return stamp.read_text().strip() if stamp.exists() else None
 
 
-def _write_stamp(path: Path) -> None:
+def _write_stamp(path: Path, table_format: str) -> None:
     # Written whole or not at all, and durable before anything relies on it.
     partial = path / f"{FORMAT_FILE}.partial"
     with open(partial, "w") as file:
-        file.write(TABLE_FORMAT + "\n")
+        file.write(table_format + "\n")
         file.flush()
         os.fsync(file.fileno())
     os.replace(partial, path / FORMAT_FILE)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple, TypeVar
 
 from foldstream.errors import FoldstreamError
-from foldstream.state.base import PartitionReader
+from foldstream.state.base import Entries, PartitionReader
 from foldstream.state.rocksdb import RocksDBWriter
 
 T = TypeVar("T")
@@ -91,6 +91,9 @@ class HeldPartition(PartitionReader):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         return self._use(lambda writer: writer.get_many(keys))
 
+    def scan(self, start: bytes, end: bytes, limit: int) -> Entries:
+        return self._use(lambda writer: writer.scan(start, end, limit))
+
     def applied_offset(self) -> int | None:
         return self._use(RocksDBWriter.applied_offset)
 
@@ -104,17 +107,23 @@ class HeldPartition(PartitionReader):
             values: list[bytes | None] = []
             for start in range(0, len(keys), READ_CHUNK):
                 values += writer.get_many(keys[start : start + READ_CHUNK])
-            state = HoldState(
-                self.token,
-                self.epoch,
-                writer.applied_offset(),
-                writer.changelog_offset(),
-                self.source_id,
-            )
-            return state, values
+            return self._hold_state(writer), values
 
         with self._writing:
             return self._use(read_all)
+
+    def read_range(self, start: bytes, end: bytes, limit: int) -> tuple[HoldState, Entries]:
+        """Where the partition stands and its entries in ``[start, end)``, up to ``limit``."""
+
+        def read_entries(writer: RocksDBWriter) -> tuple[HoldState, Entries]:
+            return self._hold_state(writer), writer.scan(start, end, limit)
+
+        with self._writing:
+            return self._use(read_entries)
+
+    def _hold_state(self, writer: RocksDBWriter) -> HoldState:
+        applied, changelog = writer.applied_offset(), writer.changelog_offset()
+        return HoldState(self.token, self.epoch, applied, changelog, self.source_id)
 
     def write(
         self,

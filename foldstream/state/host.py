@@ -30,7 +30,8 @@ from typing import Any, NamedTuple
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from foldstream.errors import ConfigurationError, FoldstreamError
-from foldstream.state.base import PartitionWriter
+from foldstream.state.base import Entries, PartitionWriter, overlay_scan
+from foldstream.state.format import TABLE_FORMAT
 from foldstream.state.held import HeldPartition, PartitionClosed
 from foldstream.state.rocksdb import RocksDBWriter, is_lock_held, partition_path
 
@@ -71,7 +72,10 @@ class StoreHost:
     records it handled; ``on_poison(store, {outcome: records})`` with the poison records it
     dead-lettered or skipped, or the partitions it stopped (:mod:`~foldstream.projections.poison`);
     ``on_applied(store, partition, offset)`` after each task's write, with the source offset the
-    partition reached (:class:`~foldstream.state.applied.AppliedOffsets`).
+    partition reached (:class:`~foldstream.state.applied.AppliedOffsets`);
+    ``on_late(store, records)`` with the records a windowed store's task dropped as late.
+    ``formats`` names the format of each store that is not kept in the point stores'
+    (:mod:`~foldstream.state.format`).
 
     A task that stops a partition (:meth:`stopped`) says so: the host then refuses that
     partition's reads and writes to every task, until it is closed (released, or the instance
@@ -88,11 +92,15 @@ class StoreHost:
         on_task: Callable[[str, Mapping[str, float], int], None] | None = None,
         on_poison: Callable[[str, Mapping[str, int]], None] | None = None,
         on_applied: Callable[[str, int, int], None] | None = None,
+        on_late: Callable[[str, int], None] | None = None,
+        formats: Mapping[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.on_task = on_task
         self.on_poison = on_poison
         self.on_applied = on_applied
+        self.on_late = on_late
+        self.formats = dict(formats or {})
         self.host = host
         self.idle_flush_s = idle_flush_s
         self.idle_flush_entries = idle_flush_entries
@@ -138,7 +146,8 @@ class StoreHost:
                 reraise=True,
             ):
                 with attempt:
-                    writer = RocksDBWriter(path, identity=identity)
+                    table_format = self.formats.get(store, TABLE_FORMAT)
+                    writer = RocksDBWriter(path, identity=identity, table_format=table_format)
             epoch = max(epoch, writer.changelog_epoch() + 1)
             self._held[(store, partition)] = HeldPartition(writer, f"{store}/{partition}", epoch)
             return epoch
@@ -274,6 +283,14 @@ class StoreHost:
         except Exception:  # noqa: BLE001
             log.exception("recording a projection task's steps")
 
+    def _report_late(self, store: str, records: int) -> None:
+        if self.on_late is None:
+            return
+        try:
+            self.on_late(store, records)
+        except Exception:  # noqa: BLE001 - a metric must never fail the task
+            log.exception("recording a projection task's late records")
+
     def _answer(self, request: tuple[Any, ...]) -> tuple[str, Any]:
         try:
             kind, store, partition, *arguments = request
@@ -283,9 +300,14 @@ class StoreHost:
             if kind == "stop":
                 self._stop(store, partition, *arguments)
                 return "ok", None
+            if kind == "late":
+                self._report_late(store, *arguments)
+                return "ok", None
             held = self._held_or_closed(store, partition)
             if kind == "read":
                 return "ok", held.read(*arguments)
+            if kind == "scan":
+                return "ok", held.read_range(*arguments)
             if kind == "write":
                 held.write(*arguments)
                 if self.on_applied is not None:
@@ -371,6 +393,17 @@ class RemotePartition(PartitionWriter):
                 raise PartitionClosed(f"{self._target} was written or moved since it was read")
             self._values[key] = value
         return self._values[key]
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> Entries:
+        """The entries of ``[start, end)`` as this task's changes leave them (committed ones
+        read from the host, a page per round trip)."""
+        return overlay_scan(self._committed_scan, self._changes, start, end, limit)
+
+    def _committed_scan(self, start: bytes, end: bytes, limit: int) -> Entries:
+        state, entries = call_host(*self._call, ("scan", *self._target, start, end, limit))
+        if (state.token, state.applied_offset) != (self._token, self._applied):
+            raise PartitionClosed(f"{self._target} was written or moved since it was read")
+        return entries  # type: ignore[no-any-return]
 
     def put(self, key: bytes, value: bytes) -> None:
         self._changes[key] = value

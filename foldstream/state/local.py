@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from foldstream.state.base import PartitionReader
+from foldstream.state.base import Entries, PartitionReader
+from foldstream.state.format import TABLE_FORMAT
 from foldstream.state.host import PartitionClosed, StoreHost
 from foldstream.state.rocksdb import RocksDBReader, partition_path
 
@@ -24,6 +25,7 @@ StoreKey = tuple[str, int]
 """``(store, partition)``."""
 StandbyRead = Callable[[str, int, bytes], "bytes | None"]
 StandbyOffset = Callable[[str, int], "int | None"]
+StandbyScan = Callable[[str, int, bytes, bytes, int], Entries]
 #: How long a snapshot of a released partition stays open: a lookup may still be reading it.
 RETIRED_SNAPSHOT_S = 5.0
 
@@ -31,8 +33,9 @@ RETIRED_SNAPSHOT_S = 5.0
 class LocalStores:
     """The store partitions under ``state_dir``: those ``host`` holds open (this instance
     writes them), read-only snapshots of any other (opened on first use, closed some seconds
-    after :meth:`release`), and ``standby_read`` for copies kept from changelogs (and
-    ``standby_offset``, the source offset each reflects)."""
+    after :meth:`release`), and ``standby_read`` / ``standby_scan`` for copies kept from
+    changelogs (and ``standby_offset``, the source offset each reflects). ``formats`` names the
+    format of each store not kept as point stores are."""
 
     def __init__(
         self,
@@ -41,11 +44,15 @@ class LocalStores:
         host: StoreHost | None = None,
         standby_read: StandbyRead | None = None,
         standby_offset: StandbyOffset | None = None,
+        standby_scan: StandbyScan | None = None,
+        formats: Mapping[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self._host = host
         self._standby_read = standby_read
         self._standby_offset = standby_offset
+        self._standby_scan = standby_scan
+        self._formats = dict(formats or {})
         self._readers: dict[StoreKey, RocksDBReader] = {}
         self._retired: list[tuple[float, RocksDBReader]] = []
         self._lock = threading.Lock()
@@ -67,6 +74,23 @@ class LocalStores:
         if standby:
             return [self.get(store, partition, key, standby=True) for key in keys]
         return self._active(store, partition, lambda reader: reader.get_many(keys))
+
+    def scan(
+        self,
+        store: str,
+        partition: int,
+        start: bytes,
+        end: bytes,
+        limit: int,
+        *,
+        standby: bool = False,
+    ) -> Entries:
+        """Up to ``limit`` entries of ``[start, end)`` from one copy, in key order."""
+        if standby:
+            if self._standby_scan is None:
+                raise KeyError(f"no standby copies of {store}")
+            return self._standby_scan(store, partition, start, end, limit)
+        return self._active(store, partition, lambda reader: reader.scan(start, end, limit))
 
     def next_offset(self, store: str, partition: int) -> int:
         """The first source offset not yet in the active copy, freshly read."""
@@ -96,7 +120,10 @@ class LocalStores:
             with self._lock:
                 reader = self._readers.get((store, partition))
                 if reader is None:
-                    reader = RocksDBReader(partition_path(self.state_dir, store, partition))
+                    reader = RocksDBReader(
+                        partition_path(self.state_dir, store, partition),
+                        table_format=self._formats.get(store, TABLE_FORMAT),
+                    )
                     self._readers[(store, partition)] = reader
         return reader
 

@@ -2,8 +2,10 @@
 reserved keys (source offset, changelog position, identity stamp, the ids of the topics the
 state was built from) in a metadata column family.
 
-Partitions are written in RocksDB's PlainTable format, stamped in each directory before its
-database is created (:mod:`.format`); a writer converts a directory in an earlier format first.
+Point stores' partitions are written in RocksDB's PlainTable format, ordered stores' in
+block-based tables, stamped in each directory before its database is created (:mod:`.format`);
+a writer converts a point store's directory in an earlier format first. Ordered stores are read
+by :meth:`~_RocksDBPartition.scan` too.
 """
 
 from __future__ import annotations
@@ -16,12 +18,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from rocksdict import AccessType, Rdict, WriteBatch
+from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from foldstream.errors import StateCorrupted
-from foldstream.state.base import PartitionReader, PartitionWriter
-from foldstream.state.format import TABLE_FORMAT, prepare_for_writer, stamped_format, store_options
+from foldstream.state.base import Entries, PartitionReader, PartitionWriter, overlay_scan
+from foldstream.state.format import (
+    BLOCK_BASED,
+    FORMATS,
+    TABLE_FORMAT,
+    prepare_for_writer,
+    stamped_format,
+    store_options,
+    wrong_format,
+)
 
 META_CF = "__foldstream__"
 _OFFSET = b"source-offset"
@@ -59,17 +69,19 @@ def discard_partition(path: Path) -> None:
         shutil.rmtree(aside)
 
 
-def _open(path: Path, access: AccessType | None = None) -> Rdict:
+def _open(path: Path, table_format: str, access: AccessType | None = None) -> Rdict:
     if access is None:
-        prepare_for_writer(path)
-    elif (found := stamped_format(path)) != TABLE_FORMAT:
-        raise StateCorrupted(
-            f"{path} holds a database in the {found!r} format, not {TABLE_FORMAT!r}: it is"
-            " converted in place when this instance next opens the partition for writing"
-        )
+        prepare_for_writer(path, table_format)
+    elif (found := stamped_format(path)) != table_format:
+        if found == BLOCK_BASED and table_format == TABLE_FORMAT:
+            raise StateCorrupted(
+                f"{path} holds a database in the {found!r} format, not {TABLE_FORMAT!r}: it is"
+                " converted in place when this instance next opens the partition for writing"
+            )
+        raise StateCorrupted(wrong_format(path, found, table_format))
     # Every column family must be named at open, or a secondary cannot follow the primary.
     kwargs = {"access_type": access} if access is not None else {}
-    options = store_options()
+    options = store_options(table_format)
     return Rdict(str(path), options=options, column_families={META_CF: options}, **kwargs)
 
 
@@ -85,6 +97,17 @@ class _RocksDBPartition(PartitionReader):
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         # One multi-get (rocksdict's stub types keys as a list of scalars, bytes among them).
         return cast("list[bytes | None]", self._db.get(cast(Any, keys)))
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> Entries:
+        bounds = ReadOptions()
+        bounds.set_iterate_upper_bound(end)
+        entries = self._db.iter(bounds)
+        entries.seek(start)
+        found: Entries = []
+        while len(found) < limit and entries.valid():
+            found.append((entries.key(), entries.value()))
+            entries.next()
+        return found
 
     def applied_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET)
@@ -124,11 +147,12 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
     """Opens (creating) a partition as its only writer.
 
     ``identity`` (e.g. ``"inventory.events/3"``) is stamped on first use and checked on every
-    open, so a directory can never silently serve another topic's or partition's data.
+    open, so a directory can never silently serve another topic's or partition's data; so is
+    its ``table_format`` (:mod:`.format`).
     """
 
-    def __init__(self, path: Path, *, identity: str) -> None:
-        super().__init__(_open(Path(path)))
+    def __init__(self, path: Path, *, identity: str, table_format: str = TABLE_FORMAT) -> None:
+        super().__init__(_open(Path(path), table_format))
         self._meta_handle = self._db.get_column_family_handle(META_CF)
         stamped = self._meta.get(_IDENTITY)
         if stamped is None:
@@ -145,6 +169,12 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         if pending is not None:
             return pending  # type: ignore[return-value]
         return super().get(key)
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> Entries:
+        if not self._pending:
+            return super().scan(start, end, limit)
+        pending = {k: None if v is _DELETED else v for k, v in self._pending.items()}
+        return overlay_scan(super().scan, pending, start, end, limit)  # type: ignore[arg-type]
 
     def put(self, key: bytes, value: bytes) -> None:
         self._pending[key] = value
@@ -243,14 +273,19 @@ class RocksDBReader(_RocksDBPartition):
     snapshot is instead reopened whenever the database's version files change (``CURRENT`` and
     the manifest's size and mtime, read *before* opening, so a commit racing an open is
     caught by the next refresh). :meth:`get` refreshes when the last check is older than
-    ``max_staleness`` seconds.
+    ``max_staleness`` seconds. The directory must hold ``table_format``.
     """
 
-    def __init__(self, path: Path, *, max_staleness: float = 0.005) -> None:
+    def __init__(
+        self, path: Path, *, max_staleness: float = 0.005, table_format: str = TABLE_FORMAT
+    ) -> None:
+        if table_format not in FORMATS:
+            raise ValueError(f"unknown store format {table_format!r}; known: {FORMATS}")
         self._path = Path(path)
+        self._format = table_format
         if not (self._path / "CURRENT").exists():
             # A read-only open needs an existing database: create the empty partition first.
-            _open(self._path).close()
+            _open(self._path, table_format).close()
         for attempt in Retrying(
             stop=stop_after_delay(5),
             wait=wait_fixed(0.01),
@@ -260,7 +295,7 @@ class RocksDBReader(_RocksDBPartition):
             with attempt:
                 # A writer may be switching manifests right now: read the signature again.
                 self._signature = self._version_signature()
-        super().__init__(_open(self._path, AccessType.read_only()))
+        super().__init__(_open(self._path, table_format, AccessType.read_only()))
         self._max_staleness = max_staleness
         self._checked_at = time.monotonic()
 
@@ -275,7 +310,7 @@ class RocksDBReader(_RocksDBPartition):
             signature = self._version_signature()
             if signature == self._signature:
                 return
-            fresh = _open(self._path, AccessType.read_only())
+            fresh = _open(self._path, self._format, AccessType.read_only())
         except Exception:  # noqa: BLE001 - a writer is mid-switch; the old snapshot stays valid
             log.debug("refresh of %s deferred", self._path, exc_info=True)
             return
@@ -292,3 +327,8 @@ class RocksDBReader(_RocksDBPartition):
         if time.monotonic() - self._checked_at > self._max_staleness:
             self.refresh()
         return super().get_many(keys)
+
+    def scan(self, start: bytes, end: bytes, limit: int) -> Entries:
+        if time.monotonic() - self._checked_at > self._max_staleness:
+            self.refresh()
+        return super().scan(start, end, limit)

@@ -5,6 +5,7 @@
     Given the instance's metrics were read
     Then its metrics count 2 more committed commands, in 1 or 2 transactions
     And its metrics show micro-batches of store "stock" that read at least 2 records
+    Then its metrics count 1 more late record of store "sales_10m"
 """
 
 from __future__ import annotations
@@ -61,3 +62,25 @@ def batches_shown(
     # The tasks' own account of that time, step by step, through the store host.
     assert since.tasks >= 1, since
     assert since.task_mean_ms["fold"] > 0 and since.task_mean_ms["changelog"] > 0, since
+
+
+@then(
+    parsers.re(
+        r'its metrics count (?P<records>\d+) more late records? of store "(?P<store>[\w-]+)"'
+    )
+)
+def late_counted(
+    instance: InstanceProcess, metrics_before: Samples, records: str, store: str
+) -> None:
+    """The windowed store's tasks report the late records they dropped once their batch is
+    committed: counted a moment after the windows are served."""
+    key = ("foldstream_projection_late_records_total", frozenset({("store", store)}))
+    before = metrics_before.get(key, 0.0)
+    seen: list[float] = []
+
+    def counted() -> bool:
+        seen[:] = [scrape(instance.url).get(key, 0.0) - before]
+        return seen[0] >= int(records)
+
+    wait_until(counted, lambda: f"{seen} more late records of {store}")
+    assert seen[0] == int(records), seen

@@ -11,9 +11,10 @@ Load it from the project's root ``conftest.py`` and name the service under test:
 It loads the step library (:mod:`foldstream.testing.steps` and, for clusters of instances,
 :mod:`foldstream.testing.cluster_steps`, and for failing projections
 :mod:`foldstream.testing.recovery_steps`, and for ``GET /metrics``
-:mod:`foldstream.testing.metrics_steps`, and for poison records
-:mod:`foldstream.testing.poison_steps` and :mod:`foldstream.testing.replay_steps`) as well, so
-feature files can use its sentences with nothing but ``scenarios(...)`` in a test module.
+:mod:`foldstream.testing.metrics_steps`, for poison records
+:mod:`foldstream.testing.poison_steps` and :mod:`foldstream.testing.replay_steps`, and for
+ordered and windowed stores :mod:`foldstream.testing.ordered_steps`) as well, so feature files
+can use its sentences with nothing but ``scenarios(...)`` in a test module.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ pytest_plugins = [  # a module before those that import it, so that pytest rewri
     "foldstream.testing.recovery_steps",
     "foldstream.testing.pause_steps",
     "foldstream.testing.metrics_steps",
+    "foldstream.testing.ordered_steps",
 ]
 
 

@@ -46,6 +46,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.client import HTTPException
 from typing import Any
 
@@ -80,6 +81,7 @@ from foldstream.testing.kafka import (
     records_at,
 )
 from foldstream.testing.plugin import InstancePool
+from foldstream.times import to_epoch_ms
 
 #: What a request to an instance that is down (or going down) raises.
 REQUEST_ERRORS = (OSError, HTTPException)
@@ -189,19 +191,45 @@ def command_accepted(
     assert status == 200, body
 
 
-@given(
-    parsers.re(rf'these events were appended to (?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)":')
+_APPENDED = (
+    rf'these events were appended to (?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)"'
+    r'(?: in the partition of "(?P<beside>[^"]+)")?:'
 )
+
+
+@given(parsers.re(_APPENDED))
+@when(parsers.re(_APPENDED))
 def events_appended(
-    instance: InstanceProcess, aggregate: str, aggregate_id: str, datatable: list[list[str]]
+    instance: InstanceProcess,
+    aggregate: str,
+    aggregate_id: str,
+    beside: str | None,
+    datatable: list[list[str]],
 ) -> None:
-    """A new aggregate's events (its Created event first), appended by another producer."""
+    """A new aggregate's events (its Created event first), appended by another producer. A
+    ``timestamp`` column (ISO-8601) sets the events' times (the Created event takes the first
+    row's). ``in the partition of "k"``: the aggregate's id is ``aggregate_id`` followed by
+    ``-<n>``, the first such id in the partition of ``k``."""
     cls = _aggregate_class(instance, aggregate)
+    if beside is not None:
+        wanted = partition_for(beside.encode(), instance.partitions)
+        aggregate_id = next(
+            f"{aggregate_id}-{n}"
+            for n in range(10_000)
+            if partition_for(f"{aggregate_id}-{n}".encode(), instance.partitions) == wanted
+        )
     target = cls(id=aggregate_id)  # type: ignore[call-arg]
-    for row in _rows(datatable):
+    rows = _rows(datatable)
+    for row in rows:
         event_class = getattr(cls, row["type"], None)
         assert isinstance(event_class, type), f"{cls.__name__} has no event {row['type']!r}"
-        target.trigger_event(event_class, **json.loads(row.get("data") or "{}"))
+        arguments = json.loads(row.get("data") or "{}")
+        if row.get("timestamp"):
+            arguments["timestamp"] = datetime.fromisoformat(row["timestamp"])
+        target.trigger_event(event_class, **arguments)
+    if rows and rows[0].get("timestamp"):
+        created = target.pending_events[0]
+        object.__setattr__(created, "timestamp", datetime.fromisoformat(rows[0]["timestamp"]))
     _, settings = service_of(instance)
     producer = Producer(producer_config(instance.bootstrap))
     append_events(producer, settings.events_topic, target.collect_events())
@@ -250,8 +278,16 @@ def produce_records(
     datatable: list[list[str]],
 ) -> None:
     """``client`` is ``librdkafka`` (its defaults) or ``java`` (a Java-compatible client,
-    kafka-python); an empty ``value`` cell writes a tombstone."""
-    records = [(r["key"].encode(), r["value"].encode() or None) for r in _rows(datatable)]
+    kafka-python); an empty ``value`` cell writes a tombstone. A ``timestamp`` column (ISO-8601
+    or epoch milliseconds) sets the records' timestamps (else: the producer's clock)."""
+    records = [
+        (
+            r["key"].encode(),
+            r["value"].encode() or None,
+            to_epoch_ms(r["timestamp"]) if r.get("timestamp") else None,
+        )
+        for r in _rows(datatable)
+    ]
     scenario_state.produced_to = topic
     if client == "librdkafka":
         producer = Producer(client_config(broker.bootstrap))  # librdkafka's defaults
@@ -259,8 +295,10 @@ def produce_records(
         def delivered(error: Any, message: Any) -> None:
             scenario_state.produced.append((message.key(), message.partition()))
 
-        for key, value in records:
-            producer.produce(topic, key=key, value=value, on_delivery=delivered)
+        for key, value, stamp in records:
+            producer.produce(
+                topic, key=key, value=value, on_delivery=delivered, timestamp=stamp or 0
+            )
         assert producer.flush(30) == 0
     elif client == "java":
         try:
@@ -268,7 +306,10 @@ def produce_records(
         except ImportError:
             pytest.fail("a 'java' producer needs kafka-python: pip install kafka-python")
         java = kafka.KafkaProducer(**kafka_python_config(broker.bootstrap))
-        futures = [(key, java.send(topic, key=key, value=value)) for key, value in records]
+        futures = [
+            (key, java.send(topic, key=key, value=value, timestamp_ms=stamp))
+            for key, value, stamp in records
+        ]
         java.flush()
         scenario_state.produced += [(k, f.get(timeout=10).partition) for k, f in futures]
         java.close()
@@ -442,8 +483,14 @@ def get_answers_with(instance: InstanceProcess, path: str, status: int, body: st
 @then(parsers.parse('the store "{store}" holds a plain fold of its topic'))
 def store_is_plain_fold(instance: InstanceProcess, store: str) -> None:
     """Every key of the topic is served with the value a plain-Python fold of the whole topic
-    gives, and deleted keys answer 404: nothing lost, nothing applied twice."""
+    gives, and deleted keys answer 404: nothing lost, nothing applied twice. (An ordered or
+    windowed store: every key's range or windows, :mod:`foldstream.testing.ordered_steps`.)"""
     projection, topic, partitions = _source(instance, store)
+    if projection.kind != "point":
+        from foldstream.testing.ordered_steps import plain_fold_served
+
+        plain_fold_served(instance, store, "range" if projection.kind == "ordered" else "windows")
+        return
     expected = fold_topic(instance.bootstrap, projection, topic, partitions)
     assert expected, f"{topic} holds nothing to compare with"
     served: dict[str, Any] = {}
