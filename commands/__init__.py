@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from foldstream.commands.arguments import CommandArguments, InvalidArguments, command_arguments
 from foldstream.commands.handler import (
-    AggregateUnreplayable,
     CommandHandler,
     CommandResult,
     UnknownCommand,
     VersionConflict,
 )
+from foldstream.commands.unreplayable import AggregateUnreplayable
 
 __all__ = [
     "AggregateUnreplayable",

@@ -7,6 +7,11 @@ meanwhile in one transaction lets the throughput grow with the load instead of b
 one command per round trip, and costs an idle partition nothing (a lone command is committed at
 once). Every command still gets the offset of its own last event, and a failed transaction fails
 exactly the commands in it (and, since the writer is then closed, every later one).
+
+Once a transaction committed, the snapshots of the aggregates its commands changed are written
+to the aggregate store (:meth:`~.aggregates.PartitionAggregates.write_committed`), in a task of
+the partition's own beside its next transactions: the snapshots of the transactions that
+committed meanwhile are written together.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+from foldstream.backoff import Backoff
+from foldstream.commands.aggregates import PartitionAggregates, Staged
 from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import EventRecord
 from foldstream.errors import BrokerUnavailable, FoldstreamError, PartitionFenced, RecordTooLarge
@@ -39,6 +46,8 @@ class _Batch:
     records: list[EventRecord] = field(default_factory=list)
     #: ``(index of a command's last record, the future its offset resolves)``
     waiters: list[tuple[int, asyncio.Future[int]]] = field(default_factory=list)
+    #: ``{aggregate id: (generation, snapshot)}`` of the aggregates its commands changed
+    snapshots: dict[str, Staged] = field(default_factory=dict)
     sealed: bool = False  # its transaction has started: nothing more joins it
 
 
@@ -64,17 +73,14 @@ class GroupCommitter:
         self._max_record_bytes = max_record_bytes
         self._queues: dict[int, list[_Batch]] = {}
         self._flushing: set[int] = set()
+        self._persisting: set[PartitionAggregates] = set()
+        self.snapshots_written = 0  # (metrics, tests, benchmarks)
         self.transactions = 0  # committed (metrics, tests, benchmarks)
         self.commands = 0  # whose transaction committed
 
-    def append(
-        self, writer: PartitionWriter, records: Sequence[EventRecord]
-    ) -> asyncio.Future[int]:
-        """Queue ``records`` (one command's) for ``writer``'s partition; the future resolves to
-        the offset of the last of them once their transaction committed, or raises its error.
-
-        Raises :class:`RecordTooLarge`, queueing nothing, if a record is larger than
-        ``max_record_bytes``: the producer would fail the whole transaction on it."""
+    def check(self, records: Sequence[EventRecord]) -> None:
+        """Raise :class:`RecordTooLarge` if a record is larger than ``max_record_bytes``: the
+        producer would fail the whole transaction on it."""
         for record in records:
             size = record_size(record)
             if size > self._max_record_bytes:
@@ -82,6 +88,21 @@ class GroupCommitter:
                     f"an event of this command would be a {size}-byte Kafka record; at most "
                     f"{self._max_record_bytes}. Nothing was appended"
                 )
+
+    def append(
+        self,
+        writer: PartitionWriter,
+        records: Sequence[EventRecord],
+        snapshot: tuple[str, Staged] | None = None,
+    ) -> asyncio.Future[int]:
+        """Queue ``records`` (one command's) for ``writer``'s partition; the future resolves to
+        the offset of the last of them once their transaction committed, or raises its error.
+        ``snapshot``: ``(aggregate id, (generation, snapshot))`` of the aggregate the command
+        changed, written to the aggregate store once the transaction committed.
+
+        Raises :class:`RecordTooLarge`, queueing nothing, if a record is larger than
+        ``max_record_bytes`` (:meth:`check`)."""
+        self.check(records)
         loop = asyncio.get_running_loop()
         queue = self._queues.setdefault(writer.partition, [])
         batch = queue[-1] if queue else None
@@ -94,6 +115,8 @@ class GroupCommitter:
             batch = _Batch(writer)
             queue.append(batch)
         batch.records.extend(records)
+        if snapshot is not None:
+            batch.snapshots[snapshot[0]] = snapshot[1]
         done: asyncio.Future[int] = loop.create_future()
         batch.waiters.append((len(batch.records) - 1, done))
         if writer.partition not in self._flushing:
@@ -124,10 +147,44 @@ class GroupCommitter:
                     for index, waiter in batch.waiters:
                         if not waiter.done():  # the client may have gone away meanwhile
                             waiter.set_result(offsets[index])
+                    self._committed(batch, offsets[-1])
                 finally:
                     queue.pop(0)
         finally:
             self._flushing.discard(partition)
+
+    def _committed(self, batch: _Batch, offset: int) -> None:
+        """Hand the committed batch's snapshots over to be written (see the module)."""
+        aggregates = batch.writer.aggregates
+        aggregates.committed(batch.snapshots, offset)
+        if aggregates.has_unwritten() and aggregates not in self._persisting:
+            self._persisting.add(aggregates)
+            asyncio.get_running_loop().create_task(self._persist(aggregates))
+
+    async def _persist(self, aggregates: PartitionAggregates) -> None:
+        """Write ``aggregates``' committed snapshots until none are left (or it is closed); a
+        failure is tried again after a backoff (its aggregates stay in memory meanwhile)."""
+        loop = asyncio.get_running_loop()
+        backoff = Backoff()
+        try:
+            while aggregates.has_unwritten():
+                try:
+                    self.snapshots_written += await loop.run_in_executor(
+                        self._executor(), aggregates.write_committed
+                    )
+                except Exception as exc:  # noqa: BLE001 - the events are committed: retried
+                    delay = backoff.failed(loop.time())
+                    log.warning(
+                        "writing the snapshots of partition %d failed (%s); again in %.1fs",
+                        aggregates.partition,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                else:
+                    backoff.reset()
+        finally:
+            self._persisting.discard(aggregates)
 
 
 def record_size(record: EventRecord) -> int:

@@ -2,12 +2,16 @@
 
 The handler accepts commands only for the partitions it owns (:meth:`CommandHandler.assign`).
 For each it is the single writer: a transactional producer per partition fences any previous
-writer, then the partition is replayed to its end to rebuild its aggregates, which stay in
-memory. Commands of one partition run one at a time on the event loop, each against the state
-the previous ones left (including commands whose transaction is still in flight), so an expected
-version is checked against the partition's latest state. Their events are appended by group
-commit (:mod:`.group_commit`); a failed transaction closes the writer, which fails every later
-command too, and the partition's aggregates are rebuilt by a replay when it is taken again.
+writer, then the partition is replayed to its end to rebuild its aggregates. With an aggregate
+store (``snapshots``: :mod:`.snapshot_store`), the replay starts past the snapshots the store
+holds, every committed transaction's aggregates are written to it, and memory holds a bounded
+cache of them (``cache_size`` aggregates per instance: :mod:`.aggregates`); without one, every
+aggregate stays in memory and the replay starts at offset 0. Commands of one partition run one
+at a time on the event loop, each against the state the previous ones left (including commands
+whose transaction is still in flight), so an expected version is checked against the
+partition's latest state. Their events are appended by group commit (:mod:`.group_commit`); a
+failed transaction closes the writer, which fails every later command too, and the partition's
+aggregates are rebuilt by a replay when it is taken again.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from foldstream.commands.aggregates import DEFAULT_CACHE_SIZE, CacheBudget, PartitionAggregates
 from foldstream.commands.arguments import CommandArguments, command_arguments
 from foldstream.commands.group_commit import MAX_RECORD_BYTES, GroupCommitter
-from foldstream.commands.replay import AggregateUnreplayable, replay
+from foldstream.commands.replay import replay
+from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.commands.working_copy import working_copy
 from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec
+from foldstream.domain.snapshots import SnapshotCodec
 from foldstream.errors import (
     ConfigurationError,
     FoldstreamError,
@@ -101,7 +108,9 @@ class CommandHandler:
     what makes a new owner fence the old one. ``on_released(partition, error)`` is called on the
     event loop when the handler gives a partition up by itself: fenced by another writer
     (:class:`PartitionFenced`) or after a transaction whose outcome is unknown
-    (:class:`BrokerUnavailable`). It must not block.
+    (:class:`BrokerUnavailable`). It must not block. ``snapshots``: the aggregate store
+    (None: every aggregate in memory, replayed from offset 0 at every takeover);
+    ``cache_size``: the aggregates kept in memory with a store, shared by the partitions.
     """
 
     def __init__(
@@ -117,6 +126,8 @@ class CommandHandler:
         transaction_timeout: float = 10.0,
         on_released: ReleaseCallback | None = None,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        snapshots: SnapshotStore | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
         self.aggregates = dict(aggregates)
         self.bootstrap = bootstrap
@@ -128,7 +139,12 @@ class CommandHandler:
         self.transaction_timeout = transaction_timeout
         self.on_released = on_released
         self._codec = EventCodec(self.aggregates.values())
+        self._snapshot_codec = SnapshotCodec(self.aggregates)
         self._commands = command_arguments(self.aggregates)
+        self.snapshots = snapshots
+        self.cache = CacheBudget(cache_size)
+        #: Each partition's aggregates given up last: a new takeover waits for their last write.
+        self._retired: dict[int, PartitionAggregates] = {}
         # Lock order: _membership, then _guard (held briefly, never around a blocking call),
         # then a writer's own lock (held for one transaction). The event loop takes only _guard.
         self._membership = threading.Lock()  # one assign/revoke/close at a time
@@ -136,6 +152,8 @@ class CommandHandler:
         self._writers: dict[int, PartitionWriter] = {}
         self._replaying: set[int] = set()
         self._replay_skipped = 0  # records replays skipped, for the metrics
+        self._replayed_events = 0  # events replays applied, for the metrics
+        self._replay_started: dict[int, int] = {}  # partition -> offset its last replay read from
         self._executor: ThreadPoolExecutor | None = None
         # Refuses a command whose event the producer would refuse (:class:`RecordTooLarge`).
         self._committer = GroupCommitter(
@@ -145,8 +163,9 @@ class CommandHandler:
     def start(self) -> None:
         """Start the threads that run transactions; the handler owns no partition yet."""
         if self._executor is None:
+            # A transaction and a write of snapshots at once per partition.
             self._executor = ThreadPoolExecutor(
-                max_workers=min(32, self.partitions), thread_name_prefix="foldstream-commit"
+                max_workers=min(64, 2 * self.partitions), thread_name_prefix="foldstream-commit"
             )
 
     def partition_of(self, aggregate_id: str) -> int:
@@ -159,7 +178,9 @@ class CommandHandler:
         replays skipped (:mod:`.replay`)."""
         committed = self._committer
         return {"transactions": committed.transactions, "commands": committed.commands} | {
-            "replay_skipped": self._replay_skipped
+            "replay_skipped": self._replay_skipped,
+            "replayed_events": self._replayed_events,
+            "snapshots_written": committed.snapshots_written,
         }
 
     def owned(self) -> frozenset[int]:
@@ -173,6 +194,10 @@ class CommandHandler:
             self._writer(self.partition_of(aggregate_id)).aggregates.get(aggregate_id)
         )
 
+    def replayed_from(self, partition: int) -> int | None:
+        """The offset the last takeover of ``partition`` replayed it from (None: not taken)."""
+        return self._replay_started.get(partition)
+
     def assign(
         self, partitions: Iterable[int], *, still_wanted: Callable[[int], bool] | None = None
     ) -> int:
@@ -180,7 +205,8 @@ class CommandHandler:
 
         Blocking: call it from a worker thread. For each partition not owned yet, a transactional
         producer with id ``<prefix>.<partition>`` fences every previous writer, then the
-        partition is replayed from offset 0 to its end and starts accepting commands. Nothing is
+        partition is replayed to its end (past the snapshots of the aggregate store, from offset
+        0 without one) and starts accepting commands. Nothing is
         taken over when any step fails (the error is raised), or when ``still_wanted`` says a
         partition is no longer wanted (checked during the replay and before taking it:
         :class:`ReplayCancelled`).
@@ -212,7 +238,14 @@ class CommandHandler:
             with self._guard:
                 self._writers.update(writers)
                 self._replaying.difference_update(new)
-        log.info("took partitions %s of %s over: %d events replayed", new, self.topic, replayed)
+        starts = {p: self._replay_started.get(p) for p in new}
+        log.info(
+            "took partitions %s of %s over: %d events replayed (read from offsets %s)",
+            new,
+            self.topic,
+            replayed,
+            starts,
+        )
         return replayed
 
     def revoke(self, partitions: Iterable[int]) -> None:
@@ -235,6 +268,11 @@ class CommandHandler:
             executor.shutdown(wait=True)
 
     def _new_writer(self, partition: int) -> PartitionWriter:
+        retired = self._retired.pop(partition, None)
+        if retired is not None:
+            retired.wait_closed()  # its last snapshots are written before the replay reads
+        store = None if self.snapshots is None else self.snapshots.partition(partition)
+        aggregates = PartitionAggregates(partition, self._snapshot_codec, store, self.cache)
         return PartitionWriter(
             bootstrap=self.bootstrap,
             topic=self.topic,
@@ -242,6 +280,7 @@ class CommandHandler:
             transactional_id=f"{self.transactional_id_prefix}.{partition}",
             linger_ms=self.linger_ms,
             timeout=self.transaction_timeout,
+            aggregates=aggregates,
         )
 
     def _replay(
@@ -257,8 +296,8 @@ class CommandHandler:
             self._codec, self.bootstrap, self.topic, held, self.fetch_wait_max_ms, check
         )
         self._replay_skipped += replayed.skipped
-        for partition, unreplayable in replayed.unreplayable.items():
-            writers[partition].unreplayable = unreplayable
+        self._replayed_events += replayed.events
+        self._replay_started.update(replayed.starts)
         return replayed.events
 
     def _writer(self, partition: int) -> PartitionWriter:
@@ -272,8 +311,9 @@ class CommandHandler:
 
     def _release(self, writer: PartitionWriter, error: FoldstreamError) -> None:
         # Its aggregates may hold effects of commands whose transaction failed: drop them all
-        # (taking the partition again replays it).
-        writer.aggregates.clear()
+        # (taking the partition again replays it, once a write of snapshots under way ended).
+        writer.aggregates.close(write=False)
+        self._retired[writer.partition] = writer.aggregates
         with self._guard:
             mine = self._writers.get(writer.partition) is writer
             if mine:
@@ -311,10 +351,11 @@ class CommandHandler:
         partition's writer, in one transaction with those of the commands queued beside them.
         Nothing is appended and nothing changes in memory when the command is rejected
         (:class:`NotOwner`, :class:`VersionConflict`, :class:`DomainRuleViolation`,
-        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`RecordTooLarge`,
-        :class:`AggregateUnreplayable`). When its transaction fails (:class:`PartitionFenced`,
-        :class:`BrokerUnavailable`) the handler gives the partition up with its aggregates, and
-        every command queued after it fails too.
+        :class:`InvalidArguments`, :class:`UnknownCommand`, :class:`RecordTooLarge` (an event,
+        or the aggregate's snapshot after it, too large), :class:`AggregateUnreplayable`,
+        :class:`~foldstream.domain.snapshots.UnstorableAggregate`). When its transaction fails
+        (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the handler gives the partition
+        up with its aggregates, and every command queued after it fails too.
         """
         kwargs = self.arguments(aggregate, command).bind(arguments)
         if self._executor is None:
@@ -323,9 +364,8 @@ class CommandHandler:
         partition = self.partition_of(aggregate_id)
         # No await until the events are queued: commands of a partition run one at a time.
         writer = self._writer(partition)
-        if aggregate_id in writer.unreplayable:
-            raise AggregateUnreplayable(aggregate_id, writer.unreplayable[aggregate_id])
-        current = writer.aggregates.get(aggregate_id)
+        aggregates = writer.aggregates
+        current = aggregates.get(aggregate_id)  # a snapshot read on a cache miss
         if current is not None and not isinstance(current, cls):
             raise UnknownCommand(
                 f"{aggregate_id!r} is a {type(current).__name__}, not a {cls.__name__}"
@@ -339,11 +379,14 @@ class CommandHandler:
         events = list(working.collect_events())
         if not events:
             raise DomainRuleViolation(f"{command} changed nothing")
-        committed = self._committer.append(writer, [self._codec.encode(e) for e in events])
+        records = [self._codec.encode(e) for e in events]
+        self._committer.check(records)
+        snapshot = aggregates.snapshot_of(working)  # refused here if it cannot be stored
         # The next command sees this one's effects; if its transaction fails, the writer is
         # closed and these aggregates are dropped with it.
-        writer.aggregates[aggregate_id] = working
-        offset = await committed
+        generation = aggregates.stage(aggregate_id, working)
+        staged = None if snapshot is None else (aggregate_id, (generation, snapshot))
+        offset = await self._committer.append(writer, records, staged)
         return CommandResult(
             events=[
                 {

@@ -9,17 +9,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.commands.arguments import InvalidArguments
-from foldstream.commands.handler import (
-    AggregateUnreplayable,
-    CommandHandler,
-    UnknownCommand,
-    VersionConflict,
-)
+from foldstream.commands.handler import CommandHandler, UnknownCommand, VersionConflict
+from foldstream.commands.unreplayable import AggregateUnreplayable
 from foldstream.domain import DomainRuleViolation
+from foldstream.domain.snapshots import UnstorableAggregate
 from foldstream.errors import BrokerUnavailable, InvalidRequest, NotOwner, RecordTooLarge
 from foldstream.http_input import InputLimits, count, last, query_params
 from foldstream.responses import error_response
 from foldstream.routing import HOPS_PARAM, Locator, Redirect, Unavailable, redirect, unavailable
+from foldstream.tokens import token_for
 
 _PREFIX = b"/commands/"
 
@@ -128,7 +126,7 @@ def command_routes(
             return _error(409, exc, expected_version=exc.expected, current_version=exc.current)
         except AggregateUnreplayable as exc:
             return error_response(409, str(exc))
-        except DomainRuleViolation as exc:
+        except (DomainRuleViolation, UnstorableAggregate) as exc:
             return error_response(422, str(exc))
         except NotOwner as exc:
             return _error(503, exc, {"Retry-After": "1"}, partition=exc.partition)
@@ -138,6 +136,7 @@ def command_routes(
             {
                 "events": result.events,
                 "position": {"partition": result.partition, "offset": result.offset},
+                "token": token_for(commands.topic, result.partition, result.offset),
             }
         )
 

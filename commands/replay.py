@@ -1,11 +1,17 @@
 """Rebuilding a partition's aggregates from the events topic, which no record can stop.
 
+A replay reads a partition from the position of its aggregates' snapshots on (from offset 0
+without an aggregate store, or without snapshots yet) to its end, and applies each event to its
+aggregate (:mod:`.aggregates`), loaded from the store when it is not in memory; it writes the
+aggregates it rebuilt to the store as it goes.
+
 Anyone may write to the events topic, so a replay meets records that are not foldstream
 events (no key, no headers, garbage) and events it cannot decode or apply (a type that is not
 one of the service's events, a value that is not its JSON, a version out of order). It skips
 each, logs and counts it; an event's aggregate is then left out (its state is unknown) and
-answers commands with :class:`AggregateUnreplayable`, naming the record and the cause. The
-partition's other aggregates are replayed as usual.
+answers commands with :class:`~.unreplayable.AggregateUnreplayable`, naming the record and
+the cause (kept in the store: :mod:`.unreplayable`). The partition's other aggregates are
+replayed as usual.
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from foldstream.domain import Aggregate, EventCodec, EventRecord
+from foldstream.commands.aggregates import PartitionAggregates
+from foldstream.commands.unreplayable import AggregateUnreplayable, Broken
+from foldstream.domain import EventCodec, EventRecord
 from foldstream.domain.records import HEADER_TYPE
-from foldstream.errors import FoldstreamError
-from foldstream.kafka import read_to_end
+from foldstream.kafka import read_partitions_to_end
 
 log = logging.getLogger(__name__)
 
@@ -27,75 +35,75 @@ CONTROL_HEADER = "foldstream-control"
 LOGGED_SKIPS = 20
 
 
-class AggregateUnreplayable(FoldstreamError):
-    """An event of the aggregate on the events topic could not be replayed (HTTP 409): its
-    state is unknown, so no command runs on it; the partition's other aggregates are unaffected.
-
-    Remedy: the message names the record (partition, offset) and the cause. Deploy what decodes
-    it (the event class, an upcaster, ``register_topic`` for an old type name), then restart
-    the instance (or move the partition) so that it is replayed again.
-    """
-
-    def __init__(self, aggregate_id: str, reason: str) -> None:
-        super().__init__(f"aggregate {aggregate_id!r} cannot take commands: {reason}")
-        self.aggregate_id = aggregate_id
-
-
 @dataclass
 class Replayed:
-    """What a replay did: events applied, records skipped, and ``{partition: {aggregate id:
-    why}}`` of the aggregates it left out."""
+    """What a replay did: events applied, records skipped, ``{partition: {aggregate id:
+    why}}`` of the aggregates it left out, and the offsets it read each partition from."""
 
     events: int = 0
     skipped: int = 0
-    unreplayable: dict[int, dict[str, str]] = field(default_factory=dict)
+    unreplayable: dict[int, dict[str, Broken]] = field(default_factory=dict)
+    starts: dict[int, int] = field(default_factory=dict)  # where each partition was read from
 
 
 def replay(
     codec: EventCodec,
     bootstrap: str,
     topic: str,
-    aggregates: Mapping[int, dict[str, Aggregate]],
+    aggregates: Mapping[int, PartitionAggregates],
     fetch_wait_max_ms: int = 10,
     between_batches: Callable[[], None] = lambda: None,
 ) -> Replayed:
-    """Apply every event of ``topic``'s partitions (the keys of ``aggregates``) from offset 0
-    to the end to the partition's ``{aggregate id: aggregate}``, decoded with ``codec``.
-    ``between_batches()`` runs before each batch read: it may raise to end the replay."""
+    """Apply the events of ``topic``'s partitions (the keys of ``aggregates``) from each one's
+    :meth:`~PartitionAggregates.replay_start` to the end to the partition's aggregates,
+    decoded with ``codec``. ``between_batches()`` runs before each batch read: it may raise to
+    end the replay."""
     done = Replayed()
-    broken: dict[int, dict[str, str]] = {p: {} for p in aggregates}
-    for batch in read_to_end(bootstrap, topic, aggregates, fetch_wait_max_ms=fetch_wait_max_ms):
+    starts = {p: target.replay_start() for p, target in aggregates.items()}
+    done.starts = dict(starts)
+    last: dict[int, int] = {}
+    batches = read_partitions_to_end(bootstrap, topic, starts, fetch_wait_max_ms=fetch_wait_max_ms)
+    for batch in batches:
         between_batches()
         for message in batch:
-            record = EventRecord.from_message(message)
-            if record.header(CONTROL_HEADER) is not None:
-                continue
-            partition = message.partition()
-            aggregate_id = _aggregate_id(record)
-            if aggregate_id is not None and aggregate_id in broken[partition]:
-                continue  # its state is unknown since an earlier event
-            replayed = aggregates[partition]
-            try:
-                _apply(codec, replayed, record)
-            except Exception as exc:  # noqa: BLE001 - one record never stops a replay
-                done.skipped += 1
-                where = f"{topic} partition {partition} offset {message.offset()}"
-                reason = _skipped(where, record, aggregate_id, exc, done.skipped <= LOGGED_SKIPS)
-                if reason is not None and aggregate_id is not None:
-                    broken[partition][aggregate_id] = reason
-                    replayed.pop(aggregate_id, None)
-                continue
-            done.events += 1
-    done.unreplayable = {p: ids for p, ids in broken.items() if ids}
+            partition, offset = message.partition(), message.offset()
+            last[partition] = offset
+            _replay_record(codec, topic, aggregates[partition], message, done)
+        for partition in {m.partition() for m in batch}:
+            aggregates[partition].checkpoint(last[partition])
+    for partition, target in aggregates.items():
+        target.finish(last.get(partition))
+    done.unreplayable = {p: dict(t.broken) for p, t in aggregates.items() if t.broken}
     if done.skipped > LOGGED_SKIPS:
         log.warning("replay of %s %s skipped %d records", topic, sorted(aggregates), done.skipped)
     return done
 
 
-def _apply(codec: EventCodec, aggregates: dict[str, Aggregate], record: EventRecord) -> None:
-    domain_event = codec.decode(record)
-    key = record.key.decode()
-    aggregates[key] = domain_event.mutate(aggregates.get(key))
+def _replay_record(
+    codec: EventCodec, topic: str, target: PartitionAggregates, message: Any, done: Replayed
+) -> None:
+    record = EventRecord.from_message(message)
+    if record.header(CONTROL_HEADER) is not None:
+        return
+    offset = message.offset()
+    aggregate_id = _aggregate_id(record)
+    if not target.replays(offset, aggregate_id):
+        return  # in the snapshots already, or its state is unknown since an earlier event
+    try:
+        domain_event = codec.decode(record)
+        key = record.key.decode()
+        target.replayed(key, domain_event.mutate(target.replayed_state(key)))
+    except AggregateUnreplayable:
+        done.skipped += 1  # marked in the store since an earlier replay
+        return
+    except Exception as exc:  # noqa: BLE001 - one record never stops a replay
+        done.skipped += 1
+        where = f"{topic} partition {target.partition} offset {offset}"
+        reason = _skipped(where, record, aggregate_id, exc, done.skipped <= LOGGED_SKIPS)
+        if reason is not None and aggregate_id is not None:
+            target.broke(aggregate_id, reason, offset)
+        return
+    done.events += 1
 
 
 def _aggregate_id(record: EventRecord) -> str | None:

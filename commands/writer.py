@@ -6,8 +6,9 @@ producer holding that id: from then on the broker rejects their produce requests
 their records lands, so one writer at a time appends to the partition, whatever the consumers'
 isolation level. Each command's events are appended in one transaction.
 
-The writer also holds the aggregates of its partition (filled by the handler's replay). Its
-methods block; the command handler calls them from worker threads.
+The writer also holds the aggregates of its partition (:class:`~.aggregates.PartitionAggregates`,
+rebuilt by the handler's replay). Its methods block; the command handler calls them from worker
+threads.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from foldstream.domain import Aggregate, EventRecord
+from foldstream.commands.aggregates import PartitionAggregates
+from foldstream.domain import EventRecord
 from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
 from foldstream.kafka import producer_config
 
@@ -42,7 +44,8 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
 
 
 class PartitionWriter:
-    """Appends to ``partition`` of ``topic`` with the transactional id ``transactional_id``."""
+    """Appends to ``partition`` of ``topic`` with the transactional id ``transactional_id``;
+    holds the partition's ``aggregates``."""
 
     def __init__(
         self,
@@ -53,14 +56,13 @@ class PartitionWriter:
         transactional_id: str,
         linger_ms: int,
         timeout: float,
+        aggregates: PartitionAggregates,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.transactional_id = transactional_id
         self.timeout = timeout
-        self.aggregates: dict[str, Aggregate] = {}
-        #: ``{aggregate id: why}``: aggregates with an event the replay could not apply.
-        self.unreplayable: dict[str, str] = {}
+        self.aggregates = aggregates
         self._producer: Any = Producer(
             producer_config(
                 bootstrap, linger_ms=linger_ms, **{"transactional.id": transactional_id}
@@ -134,11 +136,14 @@ class PartitionWriter:
         self._producer = None
 
     def close(self) -> None:
-        """Stop appending: wait for a transaction in flight, then close the producer."""
+        """Stop appending: wait for a transaction in flight, close the producer, then write
+        the snapshots of the committed transactions not written yet."""
         with self._mutex:
             if self._closed:
+                self.aggregates.close(write=False)
                 return
             self._closed = True
+            self.aggregates.close(write=True)
             producer, self._producer = self._producer, None
             try:
                 producer.close()

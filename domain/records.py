@@ -123,6 +123,15 @@ class _EventClass:
 _ENVELOPE = frozenset({"originator_id", "originator_version"})  # from the key and headers
 
 
+def json_transcoder() -> JSONTranscoder:
+    """eventsourcing's JSON transcoder with the transcodings events (and snapshots) use:
+    UUIDs as hex, datetimes as ISO 8601, decimals as strings."""
+    transcoder = JSONTranscoder()
+    for transcoding in (UUIDAsHex(), DatetimeAsISO(), DecimalAsStr()):
+        transcoder.register(transcoding)
+    return transcoder
+
+
 class EventCodec:
     """Converts domain events to :class:`EventRecord` and back (eventsourcing's ``Mapper``).
 
@@ -131,9 +140,7 @@ class EventCodec:
     """
 
     def __init__(self, aggregates: Iterable[type] = ()) -> None:
-        transcoder = JSONTranscoder()
-        for transcoding in (UUIDAsHex(), DatetimeAsISO(), DecimalAsStr()):
-            transcoder.register(transcoding)
+        transcoder = json_transcoder()
         self._transcoder = transcoder
         self._mapper: Mapper[Any] = Mapper(transcoder=transcoder)
         owners = tuple(aggregates)

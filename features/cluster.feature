@@ -22,6 +22,12 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     Then a standby of "standby-1" answers it in store "stock" with max_lag 0
     And without max_lag the standby sends the client to the owner
 
+  Scenario: A standby answers a read with a command's token only with state that includes the command
+    When product "standby-ryw-1" is sent "receive_shipment" with {"quantity": 4} through the cluster
+    Then a standby of "standby-ryw-1" in store "stock" answers {"on_hand": 4} with that command's token
+    When product "standby-ryw-1" is sent "sell" with {"quantity": 3} through the cluster
+    Then a standby of "standby-ryw-1" in store "stock" answers {"on_hand": 1} with that command's token
+
   Scenario: A foreign topic's records are found through the router, where its producer put them
     When a "java" producer writes these records to "supplier.ratings":
       | key              | value   |
@@ -78,3 +84,11 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     And a new instance joins the cluster
     Then the new instance takes over partitions once its standby copies have caught up
     And the partitions that stayed with their owner were answered throughout, never with 503
+
+  Scenario: After its owner is killed, commands go on at the aggregate's true version, and a read with their token sees them
+    Given product "failover-1" accepted "receive_shipment" with {"quantity": 10}
+    And product "failover-1" accepted "sell" with {"quantity": 1}
+    When the owner of "failover-1" in store "stock" is killed with kill -9
+    Then through a survivor product "failover-1" sent "sell" with {"quantity": 1} expecting version 2 is refused with 409 naming version 3
+    And through a survivor product "failover-1" sent "sell" with {"quantity": 2} expecting version 3 is accepted
+    And every survivor answers {"on_hand": 7} for "failover-1" in store "stock" with that command's token

@@ -81,10 +81,13 @@ class Position(_Answer):
 
 
 class CommandAnswer(_Answer):
-    """200 of a command: the events it appended, and where the last one landed."""
+    """200 of a command: the events it appended, where the last one landed, and the
+    consistency token of that position (send it back with a query,
+    ``?consistent_with=TOKEN``, to read state that includes this command)."""
 
     events: list[CommandEvent]
     position: Position
+    token: str
 
 
 class StoreEntry(_Answer):

@@ -272,6 +272,8 @@ class StandbyReplicas:
 
     ``layouts`` maps each store to its topics. :meth:`assign` sets which ``(store, partition)``
     copies to keep; :meth:`release` hands copies back (closed, flushed) before a takeover.
+    ``on_applied(store, partition, offset)`` is called after each batch a copy applied, with the
+    source offset it reached.
     """
 
     def __init__(
@@ -282,8 +284,10 @@ class StandbyReplicas:
         layouts: Mapping[str, StoreLayout],
         fetch_wait_max_ms: int = 10,
         on_error: Callable[[BaseException], None] | None = None,
+        on_applied: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self._on_applied = on_applied
         self.state_dir = Path(state_dir)
         self.layouts = dict(layouts)
         self._by_topic = {layout.changelog_topic: store for store, layout in self.layouts.items()}
@@ -346,6 +350,12 @@ class StandbyReplicas:
         """Read ``key`` from the copy of ``(store, partition)``; KeyError if not held."""
         with self._lock:
             return self._replicas[(store, partition)].writer.get(key)
+
+    def applied_offset(self, store: str, partition: int) -> int | None:
+        """The source offset the copy of ``(store, partition)`` reflects (None: none yet);
+        KeyError if not held."""
+        with self._lock:
+            return self._replicas[(store, partition)].writer.applied_offset()
 
     def scan(self, store: str, partition: int, start: bytes, end: bytes, limit: int) -> Entries:
         """Entries of ``[start, end)`` of the copy of ``(store, partition)``; KeyError if not
@@ -444,6 +454,10 @@ class StandbyReplicas:
             )
         if replica.copied >= 0:
             replica.copied += applied
+        if applied and self._on_applied is not None:
+            reached = replica.writer.applied_offset()
+            if reached is not None:
+                self._on_applied(key[0], key[1], reached)
         replica.position = batch[-1].offset() + 1
         replica.backoff.reset()
         high = self._consumer.get_watermark_offsets(

@@ -29,6 +29,7 @@ from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler, command_arguments
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
+from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.dashboard import dashboard_routes
 from foldstream.direct_routes import DirectRoutes
 from foldstream.http_input import InputLimits
@@ -45,7 +46,8 @@ from foldstream.query_api.stores import StoreInfo
 from foldstream.responses import error_response
 from foldstream.routing import Locator
 from foldstream.service import Service
-from foldstream.settings import Settings
+from foldstream.settings import AGGREGATE_STORE, Settings
+from foldstream.state.applied import AppliedOffsets
 from foldstream.state.host import StoreHost
 from foldstream.state.local import LocalStores
 
@@ -76,6 +78,8 @@ class Instance:
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
         self._prepared: dict[str, int] | None = None
+        #: Where queries with a consistency token wait for the copies they read.
+        self.applied = AppliedOffsets()
         self.metrics = InstanceMetrics(
             command_counts=lambda: self.handler.counts() if self.handler else None,
             cluster=lambda: self.node.figures() if self.node else None,
@@ -108,6 +112,7 @@ class Instance:
                     self.readiness,
                     lambda: self._require(self.node).snapshot(),
                     limits=limits,
+                    consistency_wait_s=settings.consistency_wait_ms / 1000,
                 ),
                 Route("/metrics", self._metrics),
                 *api_docs_routes(document),
@@ -175,8 +180,26 @@ class Instance:
         stores = store_layouts(self.service, settings)
         formats = {p.store: p.table_format for p in self.service.projections}
         async with contextlib.AsyncExitStack() as stack:
+            # Closed after the queries stopped: no task writes through it any more.
+            host = StoreHost(
+                state_dir=settings.state_dir,
+                host=settings.store_host,
+                on_task=self.metrics.observe_task,
+                on_poison=self.metrics.observe_poison,
+                on_applied=self.applied.applied,
+                on_late=self.metrics.observe_late,
+                formats=formats,
+            )
+            host.start()
+            stack.callback(host.stop)
             handler = commands = None
             if self.service.aggregates:
+                snapshots = SnapshotStore(
+                    host,
+                    bootstrap=settings.bootstrap_servers,
+                    changelog_topic=settings.changelog_topic(AGGREGATE_STORE),
+                )
+                stack.callback(snapshots.close)
                 handler = CommandHandler(
                     aggregates=self.service.aggregates,
                     bootstrap=settings.bootstrap_servers,
@@ -186,6 +209,8 @@ class Instance:
                     fetch_wait_max_ms=settings.fetch_wait_max_ms,
                     transactional_id_prefix=events,
                     max_record_bytes=event_bytes_limit(settings.limits),
+                    snapshots=snapshots,
+                    cache_size=settings.aggregate_cache_size,
                 )
                 handler.start()
                 stack.callback(handler.close)
@@ -200,17 +225,6 @@ class Instance:
             }
             unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
             stack.callback(unlisten)
-            # Closed after the queries stopped: no task writes through it any more.
-            host = StoreHost(
-                state_dir=settings.state_dir,
-                host=settings.store_host,
-                on_task=self.metrics.observe_task,
-                on_poison=self.metrics.observe_poison,
-                on_late=self.metrics.observe_late,
-                formats=formats,
-            )
-            host.start()
-            stack.callback(host.stop)
             runner = ProjectionRunner(
                 spark=spark,
                 settings=settings,
@@ -237,12 +251,14 @@ class Instance:
                 state_dir=settings.state_dir,
                 layouts=stores,
                 fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
+                on_applied=self.applied.applied,
             )
             stack.callback(replicas.close)
             local = LocalStores(
                 settings.state_dir,
                 host=host,
                 standby_read=replicas.get,
+                standby_offset=replicas.applied_offset,
                 standby_scan=replicas.scan,
                 formats=formats,
             )
@@ -252,7 +268,7 @@ class Instance:
                 for p in self.service.projections
                 if not is_hidden(p)
             }
-            readers = StoreReaders(store_info, local)
+            readers = StoreReaders(store_info, local, applied=self.applied)
             node = ClusterNode(
                 settings=settings,
                 member_id=self.member_id(),

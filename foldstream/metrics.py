@@ -24,6 +24,9 @@ application imports can add to or clash with what an instance serves. What it ho
   is the commands per transaction);
 - ``foldstream_command_replay_skipped_total``: records the command side skipped while it
   replayed its partitions (not foldstream events, or events it could not decode or apply);
+- ``foldstream_command_replayed_events_total`` / ``foldstream_command_snapshots_written_total``:
+  events the command side's takeovers replayed (only those past the aggregate store's
+  snapshots) and aggregate snapshots it wrote to the aggregate store;
 - ``foldstream_partition_role{topic,partition,role}`` and
   ``foldstream_partition_lag{store,partition}``: what this instance serves (``active``),
   restores or keeps a ``standby`` copy of, and how far behind each local copy is;
@@ -82,6 +85,16 @@ class _CommandCounts(Collector):
             "Records the command side skipped replaying its partitions: not foldstream events, "
             "or events it could not decode or apply",
             value=counts.get("replay_skipped", 0),
+        )
+        yield CounterMetricFamily(
+            "foldstream_command_replayed_events",
+            "Events the command side's takeovers replayed (past the aggregate store's snapshots)",
+            value=counts.get("replayed_events", 0),
+        )
+        yield CounterMetricFamily(
+            "foldstream_command_snapshots_written",
+            "Aggregate snapshots the command side wrote to the aggregate store",
+            value=counts.get("snapshots_written", 0),
         )
 
 

@@ -171,12 +171,22 @@ def _store_paths(store: str, limits: InputLimits, security: list[Any] | None) ->
         "description": "a standby copy at most this many records behind may answer",
         "schema": {"type": "integer", "minimum": 0},
     }
+    after = {
+        "name": "consistent_with",
+        "in": "query",
+        "description": (
+            "a command's consistency token: answer only with state that includes that "
+            "command (waits a bounded time, then 503 with Retry-After); or the header "
+            "Foldstream-Consistent-With"
+        ),
+        "schema": {"type": "string", "maxLength": 64},
+    }
     tag = [f"store: {store}"]
     lookup = {
         "operationId": f"{store}.lookup",
         "tags": tag,
         "summary": f"The value of a key in {store}",
-        "parameters": [key, max_lag],
+        "parameters": [key, max_lag, after],
         "responses": {
             "200": _json(_ref("LookupAnswer"), "the value and who served it"),
             "307": _REDIRECT,
@@ -191,6 +201,7 @@ def _store_paths(store: str, limits: InputLimits, security: list[Any] | None) ->
         "operationId": f"{store}.batch",
         "tags": tag,
         "summary": f"The values of many keys in {store}",
+        "parameters": [after],
         "requestBody": {"required": True, "content": {"application/json": {"schema": keys}}},
         "responses": {
             "200": _json(_ref("BatchAnswer"), "values here; keys owned elsewhere by owner URL"),

@@ -17,7 +17,7 @@ from foldstream.changelog import StoreLayout
 from foldstream.errors import ConfigurationError
 from foldstream.kafka_client import configure as configure_kafka_clients
 from foldstream.service import Service
-from foldstream.settings import Settings
+from foldstream.settings import AGGREGATE_STORE, Settings
 from foldstream.stale_state import check_local_copies
 from foldstream.topics import provision
 
@@ -49,9 +49,11 @@ def check_state_dir(path: Path) -> None:
 
 
 def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout]:
-    """Each store's source and changelog topics, and its partitions' format."""
+    """Each store's source and changelog topics, and its partitions' format: the projections'
+    stores, and for a service with aggregates the aggregate store (one more store of the events
+    topic)."""
     events = settings.events_topic
-    return {
+    layouts = {
         p.store: StoreLayout(
             p.source_topic(events),
             settings.changelog_topic(p.store),
@@ -60,6 +62,10 @@ def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout
         )
         for p in service.projections
     }
+    if service.aggregates:
+        changelog = settings.changelog_topic(AGGREGATE_STORE)
+        layouts[AGGREGATE_STORE] = StoreLayout(events, changelog, settings.on_stale_state)
+    return layouts
 
 
 def prepare(service: Service, settings: Settings) -> dict[str, int]:
@@ -76,7 +82,7 @@ def prepare(service: Service, settings: Settings) -> dict[str, int]:
     check_state_dir(settings.state_dir)
     check_java()
     configure_kafka_clients(settings.kafka_config)
-    layout = provision(settings, service.projections)
+    layout = provision(settings, service.projections, aggregates=bool(service.aggregates))
     copies = [
         store.local_copy(settings.state_dir, name, partition)
         for name, store in store_layouts(service, settings).items()

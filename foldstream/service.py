@@ -22,6 +22,7 @@ from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
 from foldstream.projections import Projection
 from foldstream.projections.graph import bind
+from foldstream.settings import AGGREGATE_STORE
 
 if TYPE_CHECKING:
     from starlette.middleware import Middleware
@@ -83,6 +84,11 @@ class Service:
         duplicated = {s for s in stores if stores.count(s) > 1}
         if duplicated:
             raise ConfigurationError(f"store names must be unique; repeated: {sorted(duplicated)}")
+        if AGGREGATE_STORE in stores:
+            raise ConfigurationError(
+                f"store name {AGGREGATE_STORE!r} is reserved for the aggregate store: rename "
+                "the projection"
+            )
         for name, aggregate in self.aggregates.items():
             if not commands_of(aggregate):
                 raise ConfigurationError(

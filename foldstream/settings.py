@@ -16,6 +16,9 @@ _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 #: control characters (it is written into ``Location`` headers).
 _URL = re.compile(r"^https?://[^\s\x00-\x1f\x7f/?#@]+(/[^\s\x00-\x1f\x7f?#]*)?$")
 MAX_URL_LENGTH = 2048
+#: The store of the command side's aggregate snapshots (one more store of the events topic:
+#: changelog ``<service>._aggregates.changelog``). Projections may not take the name.
+AGGREGATE_STORE = "_aggregates"
 
 
 def valid_url(url: str) -> bool:
@@ -86,6 +89,12 @@ class Settings:
     # A local copy whose topics were recreated under it (or that a broker which keeps its data
     # in memory forgot) is rebuilt from the topics, or the instance refuses to start.
     on_stale_state: OnStaleState = OnStaleState.rebuild
+    # Aggregates the command side keeps in memory (the others are read from the aggregate
+    # store when a command needs them), shared by the partitions the instance owns.
+    aggregate_cache_size: int = 100_000
+    # How long a query with a consistency token waits for a local copy to apply the token's
+    # position before it answers 503 (Retry-After).
+    consistency_wait_ms: int = 2000
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -103,6 +112,14 @@ class Settings:
             )
         if self.ready_max_lag < 0:
             raise ConfigurationError(f"ready_max_lag must be >= 0, got {self.ready_max_lag}")
+        if self.aggregate_cache_size < 1:
+            raise ConfigurationError(
+                f"aggregate_cache_size must be >= 1, got {self.aggregate_cache_size}"
+            )
+        if not 0 <= self.consistency_wait_ms <= 60_000:
+            raise ConfigurationError(
+                f"consistency_wait_ms must be 0..60000, got {self.consistency_wait_ms}"
+            )
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
         if not valid_url(self.url):
@@ -192,6 +209,8 @@ class Settings:
             ("auth_token_file", Path),
             ("auth_queries", _flag),
             ("on_stale_state", OnStaleState),
+            ("aggregate_cache_size", int),
+            ("consistency_wait_ms", int),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

@@ -10,16 +10,20 @@ from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
 from foldstream.kafka_client import admin_client, wait_for_cluster
 from foldstream.projections.joins import Join
+from foldstream.settings import AGGREGATE_STORE
 
 if TYPE_CHECKING:
     from foldstream.projections.projection import Projection
     from foldstream.settings import Settings
 
 
-def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str, int]:
+def provision(
+    settings: Settings, projections: Sequence[Projection], *, aggregates: bool = False
+) -> dict[str, int]:
     """Create the service's topics that are missing (or, with ``settings.create_topics``
     false, fail naming them); return ``{topic: partitions}`` of every source topic (the
-    repartition topics of multi-input stores among them).
+    repartition topics of multi-input stores among them). With ``aggregates`` (the service has
+    aggregates), the aggregate store's changelog too.
 
     Fails at once, with one clear error, when the cluster rejects the client's credentials or
     TLS settings (:func:`~foldstream.kafka_client.wait_for_cluster`)."""
@@ -45,6 +49,9 @@ def provision(settings: Settings, projections: Sequence[Projection]) -> dict[str
             layout[topic] = count
         # Every store its own, also when several read one topic.
         specs += store_topics(settings, projection.store, layout[topic])
+    if aggregates:
+        changelog = settings.changelog_topic(AGGREGATE_STORE)
+        specs.append(TopicSpec(changelog, settings.partitions, compact=True))
     ensure_topics(
         settings.bootstrap_servers,
         specs,

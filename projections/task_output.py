@@ -12,16 +12,10 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import Producer
 
-from foldstream.changelog import (
-    BATCH_END_HEADER,
-    BATCH_START_HEADER,
-    EPOCH_HEADER,
-    FOLDED_FROM_HEADER,
-    SOURCE_ID_HEADER,
-    SOURCE_OFFSET_HEADER,
-)
+from foldstream.changelog_batches import batch_headers, send_batch
+from foldstream.changelog_batches import changelog_position as changelog_position  # re-exported
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import produce_when_room, producer_config
+from foldstream.kafka import producer_config
 from foldstream.state import PartitionWriter
 from foldstream.state.host import PartitionStop
 
@@ -101,23 +95,11 @@ def send_changes(
     changed: dict[bytes, bytes | None],
     applied_offset: int | None,
 ) -> None:
-    """Queue ``changed`` for the changelog, each record stamped with the source offset the
-    chunk reaches and the one it was folded from, the first opening the batch and the last
-    closing it."""
+    """Queue ``changed`` for the changelog as one batch (:mod:`foldstream.changelog_batches`),
+    stamped with the source offset the chunk reaches and the one it was folded from."""
     producer, topic, partition, epoch, source_id = changelog
-    headers = [
-        (SOURCE_OFFSET_HEADER, str(folded.last_offset).encode()),
-        (FOLDED_FROM_HEADER, str(-1 if applied_offset is None else applied_offset).encode()),
-        (EPOCH_HEADER, str(epoch).encode()),
-    ]
-    if source_id is not None:
-        headers.append((SOURCE_ID_HEADER, source_id.encode()))
-    # The first record opens the batch and the last closes it: a copy applies a batch only
-    # once it has all of it.
-    opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
-    first_key, last_key = next(iter(changed)), next(reversed(changed))
-    marked = {first_key: [*headers, opening]}
-    marked[last_key] = [*marked.get(last_key, headers), closing]
+    assert folded.last_offset is not None
+    headers = batch_headers(folded.last_offset, applied_offset, epoch, source_id)
 
     def on_delivery(error: Any, message: Any) -> None:
         if error is not None:
@@ -125,17 +107,7 @@ def send_changes(
         else:
             folded.landed.append(message.offset())
 
-    for key, value in changed.items():
-        produce_when_room(
-            producer,
-            topic,
-            wait_s=0.01,
-            key=key,
-            value=value,
-            partition=partition,
-            headers=marked.get(key, headers),
-            on_delivery=on_delivery,
-        )
+    send_batch(producer, topic, partition, changed, headers, on_delivery)
 
 
 def await_changelog(folded: Iterable[Folded]) -> None:
@@ -158,21 +130,3 @@ def await_changelog(folded: Iterable[Folded]) -> None:
             f"changelog not acknowledged ({unsent} records unsent; {where or 'none'} failed): "
             f"{errors}"
         )
-
-
-def changelog_position(stored: int | None, landed: list[int]) -> int | None:
-    """The changelog position to store with the state after its records ``landed``: where a
-    copy made from this state resumes following the changelog.
-
-    Right after the last of them when they follow the stored position directly, with nothing
-    among them. Records of another writer before or among them (a previous owner writing late,
-    a failed task's) are not in this state: the position then stays where it was, so that a
-    copy following the changelog from it reads them (fencing and source offsets decide what it
-    applies).
-    """
-    if not landed:
-        return stored  # nothing written: every record of the chunk was a poison record
-    first, last = min(landed), max(landed)
-    alone = last - first + 1 == len(landed)  # offsets are unique: nothing else among them
-    follows = first == (-1 if stored is None else stored) + 1
-    return last if alone and follows else stored

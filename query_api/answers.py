@@ -21,6 +21,7 @@ from urllib.parse import quote
 from foldstream.errors import InvalidRequest, StoreNotFound
 from foldstream.http_input import InputLimits, Params, count, last, query_params
 from foldstream.query_api.batch import batch_answer
+from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
 from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
 from foldstream.query_api.stores import StoreInfo, StoreReaders
 from foldstream.responses import JSON_TYPE, Answer, error_answer
@@ -34,6 +35,7 @@ from foldstream.routing import (
     unavailable_answer,
 )
 from foldstream.state.ordered_keys import STREAM_TIME, decode_int, encode_int
+from foldstream.tokens import Token
 
 _STORES = b"/stores/"
 _SAFE_IN_PATH = "/:@!$&'()*+,;=-._~"
@@ -131,6 +133,51 @@ class LookupAnswers:
             return Answer(404, [JSON_TYPE], body)
         return Answer(200, [JSON_TYPE], found_body(key.decode(), value, served_by))
 
+    async def lookup_after(
+        self, raw_path: bytes, query_string: bytes, header: bytes | None, wait_s: float
+    ) -> Answer | None:
+        """:meth:`lookup`, answered only with state that includes the consistency token of
+        the query (``consistent_with``) or ``header``: this instance's copy of the key's
+        partition is awaited up to ``wait_s`` seconds first
+        (:mod:`foldstream.query_api.consistency`)."""
+        target = store_path(raw_path, b"keys/")
+        if target is None:
+            return None
+        try:
+            token = requested_token(query_string, header)
+            if token is not None:
+                pending = await self._await_token(query_string, *target, token, wait_s)
+                if pending is not None:
+                    return pending
+            return self._lookup(raw_path, query_string, *target)
+        except InvalidRequest as exc:
+            return error_answer(exc.status, str(exc))
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
+
+    async def _await_token(
+        self, query_string: bytes, raw_store: bytes, raw_key: bytes, token: Token, wait_s: float
+    ) -> Answer | None:
+        """None once the copy here that answers the lookup (or range or windows read) includes
+        ``token`` (or when it is answered elsewhere: redirected, or 503); else the 503 to
+        answer."""
+        store = self.limits.name(raw_store, "store name")
+        if raw_key.endswith(_ORDERED_READS):  # a range or windows read: of the key before it
+            raw_key = raw_key[: -len(WINDOWS if raw_key.endswith(WINDOWS) else RANGE)]
+        key = self.limits.key(raw_key)
+        _, max_lag = routing_params(query_string)
+        stores, locator = self._started()
+        info = stores.info(store)
+        check_topic(token, store, info.topic)
+        partition = stores.partition(store, key)
+        location = locator.locate(info.topic, partition, max_lag=max_lag)
+        if not isinstance(location, Local):
+            return None  # the lookup redirects (keeping the token) or answers 503
+        standby = location.role == "standby"
+        return await wait_for_token(
+            stores, store, info.topic, partition, token, wait_s, standby=standby
+        )
+
     def _ordered(self, raw_path: bytes, query_string: bytes, store: str, raw_key: bytes) -> Answer:
         """The answer to a range or windows read of ``raw_key`` (with its ``/range`` or
         ``/windows``)."""
@@ -161,6 +208,11 @@ class LookupAnswers:
     def batch(self, raw_path: bytes, query_string: bytes, body: bytes) -> Answer | None:
         """The answer to a batch lookup, ``POST raw_path`` of ``body``; None if ``raw_path``
         is no store's batch path."""
+        return self._batch(raw_path, query_string, body, None)
+
+    def _batch(
+        self, raw_path: bytes, query_string: bytes, body: bytes, not_yet: int | None
+    ) -> Answer | None:
         target = store_path(raw_path, b"keys")
         if target is None or target[1]:
             return None
@@ -173,7 +225,41 @@ class LookupAnswers:
             stores, locator = self._started()
             if (info := stores.info(store)).kind != "point":
                 return error_answer(400, _not_a(store, "point", info))
-            return Answer(200, [JSON_TYPE], batch_answer(stores, locator, store, body, limits))
+            answer = batch_answer(stores, locator, store, body, limits, not_yet)
+            return Answer(200, [JSON_TYPE], answer)
+        except InvalidRequest as exc:
+            return error_answer(exc.status, str(exc))
+        except StoreNotFound as exc:
+            return error_answer(404, str(exc))
+
+    async def batch_after(
+        self, raw_path: bytes, query_string: bytes, body: bytes, header: bytes | None, wait_s: float
+    ) -> Answer | None:
+        """:meth:`batch`, with the values of the consistency token's partition answered only
+        from a copy that includes it (else listed as unavailable)."""
+        target = store_path(raw_path, b"keys")
+        if target is None or target[1]:
+            return None
+        try:
+            token = requested_token(query_string, header)
+            if token is None:
+                return self.batch(raw_path, query_string, body)
+            self.limits.check_url(raw_path, query_string)
+            store = self.limits.name(target[0], "store name")
+            if len(body) > self.limits.max_body_bytes:
+                raise InvalidRequest(self.limits.too_large(len(body)), status=413)
+            stores, locator = self._started()
+            info = stores.info(store)
+            check_topic(token, store, info.topic)
+            not_yet = None
+            if token.partition < info.partitions:
+                location = locator.locate(info.topic, token.partition)
+                if isinstance(location, Local):
+                    pending = await wait_for_token(
+                        stores, store, info.topic, token.partition, token, wait_s, standby=False
+                    )
+                    not_yet = None if pending is None else token.partition
+            return self._batch(raw_path, query_string, body, not_yet)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
         except StoreNotFound as exc:

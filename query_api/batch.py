@@ -69,9 +69,16 @@ def _decoded(keys: list[bytes]) -> list[str]:
 
 
 def batch_answer(
-    current: StoreReaders, route: Locator, store: str, body: bytes, limits: InputLimits
+    current: StoreReaders,
+    route: Locator,
+    store: str,
+    body: bytes,
+    limits: InputLimits,
+    not_yet: int | None = None,
 ) -> bytes:
-    """The JSON answer to a batch lookup of the keys in ``body`` from ``store``.
+    """The JSON answer to a batch lookup of the keys in ``body`` from ``store``; the keys of
+    partition ``not_yet`` (whose copy here has not applied a query's consistency token) are
+    answered as unavailable.
 
     Raises :class:`BadBatch` (a 400) or :class:`~foldstream.errors.StoreNotFound` (a 404).
     """
@@ -98,7 +105,7 @@ def batch_answer(
         if isinstance(location, Redirect):
             elsewhere.setdefault(location.url, []).extend(_decoded(wanted))
             continue
-        if not isinstance(location, Local):
+        if not isinstance(location, Local) or partition == not_yet:
             unavailable += _decoded(wanted)
             continue
         values = current.get_many(store, partition, wanted)

@@ -18,6 +18,7 @@ from typing import Any
 
 from foldstream.http_input import InputLimits
 from foldstream.query_api.answers import LookupAnswers, raw_path_of
+from foldstream.query_api.consistency import has_token, token_header
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import Answer
 from foldstream.routing import Locator
@@ -45,7 +46,12 @@ class FastLookups:
         self.enabled = enabled
 
     async def __call__(self, scope: Scope, receive: ASGIApp, send: ASGIApp) -> None:
-        if self.enabled and scope["type"] == "http" and scope["method"] == "GET":
+        if (
+            self.enabled
+            and scope["type"] == "http"
+            and scope["method"] == "GET"
+            and token_header(scope) is None  # a consistency token: the app waits for it
+        ):
             answer = self.answer(raw_path_of(scope), scope["query_string"])
             if answer is not None:
                 status, headers, body = answer
@@ -58,7 +64,7 @@ class FastLookups:
     def answer(self, raw_path: bytes, query_string: bytes) -> Answer | None:
         """The answer to a ``GET`` of ``raw_path``; None if it is no lookup, the fast path is
         off, or the instance cannot answer it yet (the app answers those)."""
-        if not self.enabled:
+        if not self.enabled or has_token(query_string):  # the app waits for a token
             return None
         try:
             return self.answers.lookup(raw_path, query_string)
@@ -69,7 +75,7 @@ class FastLookups:
     def answer_batch(self, raw_path: bytes, query_string: bytes, body: bytes) -> Answer | None:
         """The answer to a batch lookup (``POST`` of ``body`` to ``raw_path``); None if it is
         no batch lookup, the fast path is off or the instance cannot answer it yet."""
-        if not self.enabled:
+        if not self.enabled or has_token(query_string):
             return None
         try:
             return self.answers.batch(raw_path, query_string, body)

@@ -16,6 +16,7 @@ from starlette.routing import Route
 from foldstream.errors import InvalidRequest, StoreNotFound
 from foldstream.http_input import InputLimits
 from foldstream.query_api.answers import LookupAnswers, raw_path_of
+from foldstream.query_api.consistency import has_token, token_header
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import error_answer, error_response, to_response
 from foldstream.routing import Locator
@@ -31,9 +32,11 @@ def query_routes(
     cluster: Callable[[], dict[str, Any]],
     *,
     limits: InputLimits | None = None,
+    consistency_wait_s: float = 2.0,
 ) -> list[Route]:
     """Routes over the readers and locator returned by ``readers()`` and ``locator()`` (both
-    opened in the app's lifespan), within ``limits``.
+    opened in the app's lifespan), within ``limits``. A query with a consistency token waits
+    up to ``consistency_wait_s`` for a copy that includes it (:mod:`.consistency`).
 
     ``readiness()`` says whether this instance serves everything it owns, caught up;
     ``cluster()`` is the cluster map published for smart clients.
@@ -58,7 +61,11 @@ def query_routes(
 
     async def get_key(request: Request) -> Response:
         scope = request.scope
-        return to_response(answers.lookup(raw_path_of(scope), scope["query_string"]) or NOT_FOUND)
+        path, query, header = raw_path_of(scope), scope["query_string"], token_header(scope)
+        if header is None and not has_token(query):
+            return to_response(answers.lookup(path, query) or NOT_FOUND)
+        answer = await answers.lookup_after(path, query, header, consistency_wait_s)
+        return to_response(answer or NOT_FOUND)
 
     async def get_keys(request: Request) -> Response:
         scope = request.scope
@@ -66,7 +73,10 @@ def query_routes(
             body = await answers.limits.read_body(request)
         except InvalidRequest as exc:
             return error_response(exc.status, str(exc))
-        answer = answers.batch(raw_path_of(scope), scope["query_string"], body)
+        path, query, header = raw_path_of(scope), scope["query_string"], token_header(scope)
+        if header is None and not has_token(query):
+            return to_response(answers.batch(path, query, body) or NOT_FOUND)
+        answer = await answers.batch_after(path, query, body, header, consistency_wait_s)
         return to_response(answer or NOT_FOUND)
 
     async def owners(request: Request) -> Response:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from foldstream.query_api.consistency import header_value
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.responses import Answer, error_answer
 
@@ -182,6 +183,7 @@ class LookupProtocol(HttpToolsProtocol):
             or self.flow.write_paused
             or self.pipeline
             or (self.cycle is not None and not self.cycle.response_complete)
+            or header_value(self.headers) is not None  # a consistency token: the app waits
         )
 
     def _batch_lookup_path(self) -> bytes | None:

@@ -15,6 +15,7 @@ from foldstream.kafka import Partitioner, partition_for
 from foldstream.projections import Projection, WindowedAggregate
 from foldstream.projections.ordered import OrderedProjection
 from foldstream.projections.projection import StoreKind
+from foldstream.state.applied import AppliedOffsets
 from foldstream.state.base import Entries
 from foldstream.state.format import ORDERED_FORMAT, TABLE_FORMAT
 from foldstream.state.local import LocalStores
@@ -57,11 +58,20 @@ class StoreInfo:
 
 
 class StoreReaders:
-    """Read access to the partitions of ``stores`` that ``local`` has (active or standby)."""
+    """Read access to the partitions of ``stores`` that ``local`` has (active or standby);
+    ``applied`` is where the writers of those copies say what they applied (None: a wait for
+    an offset only checks the copy once)."""
 
-    def __init__(self, stores: Mapping[str, StoreInfo], local: LocalStores) -> None:
+    def __init__(
+        self,
+        stores: Mapping[str, StoreInfo],
+        local: LocalStores,
+        *,
+        applied: AppliedOffsets | None = None,
+    ) -> None:
         self.layout = dict(stores)
         self._local = local
+        self._applied = applied
 
     @classmethod
     def at(cls, state_dir: Path, stores: Mapping[str, StoreInfo]) -> StoreReaders:
@@ -95,6 +105,27 @@ class StoreReaders:
     ) -> list[bytes | None]:
         """Values of ``keys`` (all of ``partition``) from one copy, in one multi-get."""
         return self._local.get_many(store, partition, keys, standby=standby)
+
+    def has_applied(self, store: str, partition: int, offset: int, *, standby: bool) -> bool:
+        """Whether this instance's active (or standby) copy reflects source ``offset``."""
+        try:
+            applied = self._local.applied_offset(store, partition, standby=standby)
+        except Exception:  # noqa: BLE001 - the copy is gone (released meanwhile): not yet
+            return False
+        return applied is not None and applied >= offset
+
+    async def wait_applied(
+        self, store: str, partition: int, offset: int, timeout: float, *, standby: bool
+    ) -> bool:
+        """Wait up to ``timeout`` seconds until the copy reflects source ``offset``; whether
+        it does."""
+
+        def reached() -> bool:
+            return self.has_applied(store, partition, offset, standby=standby)
+
+        if self._applied is None or timeout <= 0:
+            return reached()
+        return await self._applied.wait(store, partition, offset, timeout, reached)
 
     def scan(
         self,

@@ -49,7 +49,7 @@ def test_replay_skips_what_it_cannot_apply_and_only_that_aggregate_refuses_comma
     ]
     producer = Producer(producer_config(broker.bootstrap))
     for record in records:
-        key, value, headers = record if isinstance(record, tuple) else record
+        key, value, headers = record[:3]
         producer.produce(topic, key=key, value=value, headers=list(headers or ()), partition=0)
     assert producer.flush(30) == 0
 

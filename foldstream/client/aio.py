@@ -45,11 +45,26 @@ class AsyncFoldstreamClient:
         self._own_http = http is None
         self._http = http or httpx.AsyncClient(timeout=timeout)
 
-    async def get(self, store: str, key: str, *, max_lag: int | None = None) -> Any:
-        return (await self.lookup(store, key, max_lag=max_lag)).value
+    async def get(
+        self,
+        store: str,
+        key: str,
+        *,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> Any:
+        answer = await self.lookup(store, key, max_lag=max_lag, consistent_with=consistent_with)
+        return answer.value
 
-    async def lookup(self, store: str, key: str, *, max_lag: int | None = None) -> LookupAnswer:
-        return await self._run(lambda: self._core.lookup(store, key, max_lag))
+    async def lookup(
+        self,
+        store: str,
+        key: str,
+        *,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> LookupAnswer:
+        return await self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
 
     async def get_many(self, store: str, keys: Sequence[str]) -> Batch:
         return await self._run(BatchLookup(self._core, store, keys).attempt)

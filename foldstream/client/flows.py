@@ -16,7 +16,7 @@ import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, urlencode, urljoin
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -192,10 +192,15 @@ class ClientCore:
 
     # -- operations ---------------------------------------------------------------------------
 
-    def lookup(self, store: str, key: str, max_lag: int | None) -> Flow[LookupAnswer]:
+    def lookup(
+        self, store: str, key: str, max_lag: int | None, consistent_with: str | None = None
+    ) -> Flow[LookupAnswer]:
         yield from self.refresh()
         base = self.router.store_owner(store, key) or self.router.any_instance()
-        query = "" if max_lag is None else f"?max_lag={int(max_lag)}"
+        params = {} if max_lag is None else {"max_lag": str(int(max_lag))}
+        if consistent_with is not None:
+            params["consistent_with"] = consistent_with
+        query = f"?{urlencode(params)}" if params else ""
         response = yield from self.exchange(
             Send("GET", base + _path("stores", store, "keys", key) + query)
         )

@@ -53,14 +53,29 @@ class FoldstreamClient:
         self._own_http = http is None
         self._http = http or httpx.Client(timeout=timeout)
 
-    def get(self, store: str, key: str, *, max_lag: int | None = None) -> Any:
+    def get(
+        self,
+        store: str,
+        key: str,
+        *,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> Any:
         """The value of ``key`` in ``store`` (:class:`KeyNotFound` if it holds none)."""
-        return self.lookup(store, key, max_lag=max_lag).value
+        return self.lookup(store, key, max_lag=max_lag, consistent_with=consistent_with).value
 
-    def lookup(self, store: str, key: str, *, max_lag: int | None = None) -> LookupAnswer:
+    def lookup(
+        self,
+        store: str,
+        key: str,
+        *,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> LookupAnswer:
         """The whole answer of a lookup: the value and who served it (``max_lag``: a standby
-        copy at most that many records behind may answer)."""
-        return self._run(lambda: self._core.lookup(store, key, max_lag))
+        copy at most that many records behind may answer; ``consistent_with``: a command's
+        ``token``, answered only with state that includes that command)."""
+        return self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
 
     def get_many(self, store: str, keys: Sequence[str]) -> Batch:
         """The values of ``keys``, asking each owner for its keys (all owners at once)."""

@@ -71,6 +71,8 @@ class StoreHost:
     report of where its time went (:mod:`~foldstream.projections.task_steps`) and how many
     records it handled; ``on_poison(store, {outcome: records})`` with the poison records it
     dead-lettered or skipped, or the partitions it stopped (:mod:`~foldstream.projections.poison`);
+    ``on_applied(store, partition, offset)`` after each task's write, with the source offset the
+    partition reached (:class:`~foldstream.state.applied.AppliedOffsets`);
     ``on_late(store, records)`` with the records a windowed store's task dropped as late.
     ``formats`` names the format of each store that is not kept in the point stores'
     (:mod:`~foldstream.state.format`).
@@ -89,12 +91,14 @@ class StoreHost:
         idle_flush_entries: int = IDLE_FLUSH_ENTRIES,
         on_task: Callable[[str, Mapping[str, float], int], None] | None = None,
         on_poison: Callable[[str, Mapping[str, int]], None] | None = None,
+        on_applied: Callable[[str, int, int], None] | None = None,
         on_late: Callable[[str, int], None] | None = None,
         formats: Mapping[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self.on_task = on_task
         self.on_poison = on_poison
+        self.on_applied = on_applied
         self.on_late = on_late
         self.formats = dict(formats or {})
         self.host = host
@@ -306,6 +310,8 @@ class StoreHost:
                 return "ok", held.read_range(*arguments)
             if kind == "write":
                 held.write(*arguments)
+                if self.on_applied is not None:
+                    self.on_applied(store, partition, arguments[3])  # the offset written
                 return "ok", None
             return "error", f"unknown request {kind!r}"
         except PartitionClosed as exc:

@@ -24,6 +24,7 @@ T = TypeVar("T")
 StoreKey = tuple[str, int]
 """``(store, partition)``."""
 StandbyRead = Callable[[str, int, bytes], "bytes | None"]
+StandbyOffset = Callable[[str, int], "int | None"]
 StandbyScan = Callable[[str, int, bytes, bytes, int], Entries]
 #: How long a snapshot of a released partition stays open: a lookup may still be reading it.
 RETIRED_SNAPSHOT_S = 5.0
@@ -33,7 +34,8 @@ class LocalStores:
     """The store partitions under ``state_dir``: those ``host`` holds open (this instance
     writes them), read-only snapshots of any other (opened on first use, closed some seconds
     after :meth:`release`), and ``standby_read`` / ``standby_scan`` for copies kept from
-    changelogs. ``formats`` names the format of each store not kept as point stores are."""
+    changelogs (and ``standby_offset``, the source offset each reflects). ``formats`` names the
+    format of each store not kept as point stores are."""
 
     def __init__(
         self,
@@ -41,12 +43,14 @@ class LocalStores:
         *,
         host: StoreHost | None = None,
         standby_read: StandbyRead | None = None,
+        standby_offset: StandbyOffset | None = None,
         standby_scan: StandbyScan | None = None,
         formats: Mapping[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir)
         self._host = host
         self._standby_read = standby_read
+        self._standby_offset = standby_offset
         self._standby_scan = standby_scan
         self._formats = dict(formats or {})
         self._readers: dict[StoreKey, RocksDBReader] = {}
@@ -91,6 +95,14 @@ class LocalStores:
     def next_offset(self, store: str, partition: int) -> int:
         """The first source offset not yet in the active copy, freshly read."""
         return self._active(store, partition, _fresh_next_offset)
+
+    def applied_offset(self, store: str, partition: int, *, standby: bool = False) -> int | None:
+        """The last source offset this instance's active (or standby) copy reflects."""
+        if standby:
+            if self._standby_offset is None:
+                raise KeyError(f"no standby copies of {store}")
+            return self._standby_offset(store, partition)
+        return self._active(store, partition, _fresh_applied_offset)
 
     def _active(self, store: str, partition: int, read: Callable[[PartitionReader], T]) -> T:
         """``read`` applied to the partition ``host`` holds, else to a snapshot of it."""
@@ -161,3 +173,8 @@ class LocalStores:
 def _fresh_next_offset(reader: PartitionReader) -> int:
     reader.refresh()
     return reader.next_offset()
+
+
+def _fresh_applied_offset(reader: PartitionReader) -> int | None:
+    reader.refresh()
+    return reader.applied_offset()
