@@ -124,6 +124,26 @@ def worker_python(master: str = "local[*]") -> str:
     return str(wrapper)
 
 
+#: The Python foldstream chose for Spark's workers in this process, inherited by the processes
+#: it starts: what tells its choice from a user's ``PYSPARK_PYTHON``.
+CHOSEN_PYTHON_ENV = "FOLDSTREAM_PYSPARK_PYTHON"
+
+
+def use_worker_python(python: str) -> None:
+    """Have Spark start its Python workers with ``python``, unless the user chose another with
+    ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON``.
+
+    A choice foldstream made in a parent process (a test run or a bench that opened a session,
+    then started an instance of another project's venv) is not the user's: the child's workers
+    would run the parent's interpreter, which may not have the child's service installed."""
+    inherited = os.environ.get(CHOSEN_PYTHON_ENV)
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        current = os.environ.get(name)
+        if current is None or current == inherited:
+            os.environ[name] = python
+    os.environ[CHOSEN_PYTHON_ENV] = python
+
+
 def spark_session(
     master: str = "local[*]",
     app_name: str = "foldstream",
@@ -140,9 +160,7 @@ def spark_session(
     check_java()
     # Executors' Python workers must import the same foldstream (and service) as the driver;
     # the driver-side ones (data source planning, streaming source commit) too.
-    python = worker_python(master)
-    os.environ.setdefault("PYSPARK_PYTHON", python)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", python)
+    use_worker_python(worker_python(master))
     from pyspark.sql import SparkSession
 
     from foldstream.projections.datasources import FoldSource

@@ -3,11 +3,19 @@ configured and get this interpreter's own path."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 
-from foldstream.spark import LOCAL_TASK_ATTEMPTS, is_local, with_task_retries, worker_python
+from foldstream.spark import (
+    CHOSEN_PYTHON_ENV,
+    LOCAL_TASK_ATTEMPTS,
+    is_local,
+    use_worker_python,
+    with_task_retries,
+    worker_python,
+)
 
 
 @pytest.mark.parametrize(
@@ -40,3 +48,32 @@ def test_only_local_masters_start_workers_through_the_wrapper() -> None:
 )
 def test_is_local(master: str, local: bool) -> None:
     assert is_local(master) is local
+
+
+@pytest.mark.parametrize(
+    ("environ", "chosen"),
+    [
+        ({}, "/venv/bin/python"),
+        # foldstream's choice in a parent process (another venv): replaced
+        (
+            {"PYSPARK_PYTHON": "/parent/python", "FOLDSTREAM_PYSPARK_PYTHON": "/parent/python"},
+            "/venv/bin/python",
+        ),
+        # the user's own choice: kept
+        ({"PYSPARK_PYTHON": "/user/python"}, "/user/python"),
+        (
+            {"PYSPARK_PYTHON": "/user/python", "FOLDSTREAM_PYSPARK_PYTHON": "/parent/python"},
+            "/user/python",
+        ),
+    ],
+)
+def test_the_workers_python_is_the_users_or_this_processs_never_a_parents_choice(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], chosen: str
+) -> None:
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", CHOSEN_PYTHON_ENV):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    use_worker_python("/venv/bin/python")
+    assert os.environ["PYSPARK_PYTHON"] == chosen
+    assert os.environ[CHOSEN_PYTHON_ENV] == "/venv/bin/python"
