@@ -186,10 +186,11 @@ class Handover:
         with self._sync_lock:
             with self.lock:
                 serving = set(self.ownership.serving)
-                claimed = set(self.ownership.held())
             self.projections.run(by_topic(serving))
             if self.commands is not None:
                 self.commands.own(p for t, p in serving if t == self.events_topic)
+            with self.lock:  # read now, not before the runs above: a claim since is kept
+                claimed = set(self.ownership.held())
             wanted = set(self.store_keys(claimed))
             unwanted = [key for key in self.local.held() if key not in wanted]
             if unwanted:
@@ -235,13 +236,19 @@ class Handover:
             epoch = self.ownership.epoch
         restored = 0
         for store, partition in keys:
-            if self.local.holds(store, partition):
-                continue  # still held here (taken again right after it was given up): current
+            # Checked once no sync is under way: a sync that read the claims before this
+            # takeover claimed the partition releases it at its end, and a copy found still held
+            # here (given up a moment ago, a pause) would then be gone, never folded again.
+            with self._sync_lock:
+                if self.local.holds(store, partition):
+                    continue  # still held (taken again right after it was given up): current
             restored += self._restore(store, partition)
             identity = self.stores[store].identity(partition)
             # Above every epoch its changelog holds, and published before any write: the next
             # owner's epoch is then above this one's, which fences our records.
-            epoch = max(epoch, self.local.hold(store, partition, identity=identity, epoch=epoch))
+            with self._sync_lock:
+                held = self.local.hold(store, partition, identity=identity, epoch=epoch)
+            epoch = max(epoch, held)
         with self.lock:
             served = self.ownership.took_over(gained, epoch)
             for key in gained:
