@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -105,7 +106,7 @@ def http(
 def lookup(base_url: str, store: str, key: str) -> tuple[int, Any]:
     """``GET /stores/{store}/keys/{key}`` following redirects, without the ``served_by`` part
     (which instance answered), for comparing answers with expected values."""
-    status, body = http("GET", f"{base_url}/stores/{store}/keys/{key}")
+    status, body = http("GET", f"{base_url}/stores/{store}/keys/{urllib.parse.quote(key, safe='')}")
     if isinstance(body, dict):
         body = {k: v for k, v in body.items() if k != "served_by"}
     return status, body

@@ -502,7 +502,13 @@ def store_is_plain_fold(instance: InstanceProcess, store: str) -> None:
 
         plain_fold_served(instance, store, "range" if projection.kind == "ordered" else "windows")
         return
-    expected = fold_topic(instance.bootstrap, projection, topic, partitions)
+    # A key that is not UTF-8 (another producer's raw record) cannot be asked for over HTTP,
+    # which answers such keys 400: the comparison is over the keys a client can look up.
+    expected = {
+        key: value
+        for key, value in fold_topic(instance.bootstrap, projection, topic, partitions).items()
+        if "\ufffd" not in key
+    }
     assert expected, f"{topic} holds nothing to compare with"
     served: dict[str, Any] = {}
 
