@@ -70,32 +70,35 @@ class _CommandCounts(Collector):
 
     def collect(self) -> Iterator[Metric]:
         counts = self._counts() or {}
-        yield CounterMetricFamily(
-            "foldstream_command_transactions",
-            "Kafka transactions committed by the command side",
-            value=counts.get("transactions", 0),
-        )
-        yield CounterMetricFamily(
-            "foldstream_commands_committed",
-            "Commands whose events were committed",
-            value=counts.get("commands", 0),
-        )
-        yield CounterMetricFamily(
-            "foldstream_command_replay_skipped",
-            "Records the command side skipped replaying its partitions: not foldstream events, "
-            "or events it could not decode or apply",
-            value=counts.get("replay_skipped", 0),
-        )
-        yield CounterMetricFamily(
-            "foldstream_command_replayed_events",
-            "Events the command side's takeovers replayed (past the aggregate store's snapshots)",
-            value=counts.get("replayed_events", 0),
-        )
-        yield CounterMetricFamily(
-            "foldstream_command_snapshots_written",
-            "Aggregate snapshots the command side wrote to the aggregate store",
-            value=counts.get("snapshots_written", 0),
-        )
+        for name, documentation, key in _COMMAND_COUNTERS:
+            yield CounterMetricFamily(name, documentation, value=counts.get(key, 0))
+
+
+#: The command side's counters: ``(metric, help, key of the handler's counts)``.
+_COMMAND_COUNTERS = (
+    (
+        "foldstream_command_transactions",
+        "Kafka transactions committed by the command side",
+        "transactions",
+    ),
+    ("foldstream_commands_committed", "Commands whose events were committed", "commands"),
+    (
+        "foldstream_command_replay_skipped",
+        "Records the command side skipped replaying its partitions: not foldstream events, "
+        "or events it could not decode or apply",
+        "replay_skipped",
+    ),
+    (
+        "foldstream_command_replayed_events",
+        "Events the command side's takeovers replayed (past the aggregate store's snapshots)",
+        "replayed_events",
+    ),
+    (
+        "foldstream_command_snapshots_written",
+        "Aggregate snapshots the command side wrote to the aggregate store",
+        "snapshots_written",
+    ),
+)
 
 
 class _ClusterFigures(Collector):
