@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 from pytest_bdd import parsers, scenarios, then, when
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from foldstream.kafka import partition_for
 from foldstream.process import InstanceProcess, http
@@ -27,13 +28,31 @@ def _token(scenario_state: ScenarioState) -> str:
 
 
 def _until_not_503(ask: Any) -> httpx.Response:
-    """The first answer that is not a 503 (a 503 says: ask again), within ``WAIT``."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        answer: httpx.Response = ask()
-        if answer.status_code != 503 or time.monotonic() > deadline:
-            return answer
+    """The first answer that is not a 503 (a 503 says: ask again, with Retry-After), within
+    ``WAIT``; the last 503 after that."""
+
+    def unavailable(answer: httpx.Response) -> bool:
+        if answer.status_code != 503:
+            return False
         assert answer.headers.get("retry-after"), answer.text
+        return True
+
+    retrying = Retrying(
+        stop=stop_after_delay(WAIT),
+        wait=wait_fixed(0.05),
+        retry=retry_if_result(unavailable),
+        retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+    )
+    answer: httpx.Response = retrying(ask)
+    return answer
+
+
+def _value_answered(url: str, value: str, **request: Any) -> None:
+    """A lookup at ``url`` (with ``request``'s token) answers ``value``: the first answer, 503s
+    aside, is the state after the command, never an older one."""
+    answer = _until_not_503(lambda: httpx.get(url, timeout=30, **request))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["value"] == json.loads(value)
 
 
 @then("the command's answer carries a consistency token")
@@ -52,12 +71,8 @@ def carries_token(instance: InstanceProcess, scenario_state: ScenarioState) -> N
 def lookup_after(
     instance: InstanceProcess, scenario_state: ScenarioState, key: str, store: str, value: str
 ) -> None:
-    """The first answer (503s aside) is the state after the command: never an older one."""
-    token = _token(scenario_state)
     url = f"{instance.url}/stores/{store}/keys/{key}"
-    answer = _until_not_503(lambda: httpx.get(url, params={"consistent_with": token}, timeout=30))
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["value"] == json.loads(value)
+    _value_answered(url, value, params={"consistent_with": _token(scenario_state)})
 
 
 @then(
@@ -69,11 +84,8 @@ def lookup_after(
 def lookup_after_header(
     instance: InstanceProcess, scenario_state: ScenarioState, key: str, store: str, value: str
 ) -> None:
-    headers = {HEADER.decode(): _token(scenario_state)}
     url = f"{instance.url}/stores/{store}/keys/{key}"
-    answer = _until_not_503(lambda: httpx.get(url, headers=headers, timeout=30))
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["value"] == json.loads(value)
+    _value_answered(url, value, headers={HEADER.decode(): _token(scenario_state)})
 
 
 @then(
