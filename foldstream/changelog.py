@@ -56,6 +56,10 @@ class StoreLayout:
     changelog_topic: str
     on_stale: OnStaleState = OnStaleState.rebuild
     table_format: str = TABLE_FORMAT
+    #: False for the aggregate store: the command side writes it as it appends and replays
+    #: past its position on takeover, so its distance from the topic's end (events of another
+    #: writer) is nothing its owner has to catch up on.
+    follows_source: bool = True
 
     def identity(self, partition: int) -> str:
         return f"{self.source_topic}/{partition}"

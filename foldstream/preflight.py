@@ -64,7 +64,9 @@ def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout
     }
     if service.aggregates:
         changelog = settings.changelog_topic(AGGREGATE_STORE)
-        layouts[AGGREGATE_STORE] = StoreLayout(events, changelog, settings.on_stale_state)
+        layouts[AGGREGATE_STORE] = StoreLayout(
+            events, changelog, settings.on_stale_state, follows_source=False
+        )
     return layouts
 
 

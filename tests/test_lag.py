@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from foldstream.changelog import StoreLayout
-from foldstream.cluster.lag import partition_lag, unmeasured
+from pathlib import Path
+
+from foldstream.broker import EmbeddedBroker
+from foldstream.changelog import StandbyReplicas, StoreLayout
+from foldstream.cluster.lag import LagMeter, partition_lag, unmeasured
 from foldstream.cluster.node import _copy_lag
 from foldstream.cluster.records import MemberState
+from foldstream.settings import AGGREGATE_STORE
+from foldstream.state.local import LocalStores
 
 
 def test_a_copy_without_a_lag_figure_is_not_caught_up() -> None:
@@ -27,3 +32,40 @@ def test_a_partition_no_store_reads_has_nothing_to_copy() -> None:
     member = MemberState(id="bookings-1", url="http://127.0.0.1:1")
     assert _copy_lag(stores, member, "b.events", 1) == 0  # any member may take it at once
     assert _copy_lag(stores, member, "railway.bookings", 1) is None
+
+
+class _KnownEnds:
+    """Source ends as :class:`~foldstream.offsets.EndOffsets` reports them, fixed."""
+
+    def __init__(self, ends: dict[int, int]) -> None:
+        self._ends = ends
+
+    def ends(self, timeout: float) -> dict[int, int]:
+        return dict(self._ends)
+
+
+def test_the_aggregate_store_is_never_behind_the_events_another_writer_appends(
+    tmp_path: Path, broker: EmbeddedBroker
+) -> None:
+    """The command side writes the aggregate store as it appends and replays past its
+    position on takeover: events another writer appended since are nothing to catch up on,
+    and must not keep the member unready (they did, in the cluster's pause scenario)."""
+    stores = {
+        AGGREGATE_STORE: StoreLayout("s.events", "s._aggregates.changelog", follows_source=False),
+        "stock": StoreLayout("s.events", "s.stock.changelog"),
+    }
+    replicas = StandbyReplicas(bootstrap=broker.bootstrap, state_dir=tmp_path, layouts=stores)
+    meter = LagMeter(
+        bootstrap=broker.bootstrap,
+        stores=stores,
+        local=LocalStores(tmp_path),
+        replicas=replicas,
+        ends={"s.events": _KnownEnds({0: 5000})},  # type: ignore[dict-item]
+    )
+    try:
+        lag = meter.measure([("s.events", 0)])
+    finally:
+        replicas.close()
+    assert lag[f"{AGGREGATE_STORE}/0"] == 0
+    # The projection's copy has folded nothing of the 5000 records: it is behind.
+    assert lag["stock/0"] == 5000

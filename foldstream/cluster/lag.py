@@ -1,7 +1,8 @@
 """How far behind each local copy of a store partition is.
 
-An active copy's lag is source records not yet folded in; a standby copy's is changelog records
-not yet applied. Lag is published in the cluster map as ``{"<store>/<partition>": records}``.
+An active copy's lag is source records not yet folded in (0 for the aggregate store, which the
+command side writes as it appends rather than folds); a standby copy's is changelog records not
+yet applied. Lag is published in the cluster map as ``{"<store>/<partition>": records}``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,12 @@ class LagMeter:
             except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
                 ends = {}
             for topic, p in active:
-                if topic != layout.source_topic or p not in ends:
+                if topic != layout.source_topic:
+                    continue
+                if not layout.follows_source:
+                    lag[f"{store}/{p}"] = 0
+                    continue
+                if p not in ends:
                     continue
                 try:
                     applied = self._local.next_offset(store, p)
