@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from foldstream import auth
 from foldstream.api_docs import api_docs_routes, foldstream_version
@@ -87,9 +87,24 @@ class Instance:
         for projection in service.projections:
             if projection.kind == "windowed":  # its late records counted from 0, not absent
                 self.metrics.late_records.labels(projection.store)
-        limits = settings.limits
         if authentication is None:
             authentication = auth.configured(settings, service.authentication)
+        app = Starlette(
+            routes=self._routes(authentication),
+            lifespan=self._lifespan,
+            exception_handlers={HTTPException: _http_error},
+        )
+        self.app = front(
+            app,
+            readers=lambda: self.readers,
+            locator=lambda: self.node,
+            limits=settings.limits,
+            authentication=authentication,
+        )
+
+    def _routes(self, authentication: Sequence[Middleware]) -> list[BaseRoute]:
+        """The commands, the queries, ``/metrics``, the API's documents and the dashboard."""
+        settings, service, limits = self.settings, self.service, self.settings.limits
         document = openapi_document(
             title=service.name,
             version=foldstream_version(),
@@ -99,35 +114,24 @@ class Instance:
             commands_secured=bool(authentication),
             queries_secured=any(auth.protects_queries(m) for m in authentication),
         )
-        app = Starlette(
-            routes=[
-                *command_routes(
-                    lambda: self._require(self.handler),
-                    lambda: self._require(self.node),
-                    limits=limits,
-                ),
-                *query_routes(
-                    lambda: self._require(self.readers),
-                    lambda: self._require(self.node),
-                    self.readiness,
-                    lambda: self._require(self.node).snapshot(),
-                    limits=limits,
-                    consistency_wait_s=settings.consistency_wait_ms / 1000,
-                ),
-                Route("/metrics", self._metrics),
-                *api_docs_routes(document),
-                *dashboard_routes(settings.url, limits),
-            ],
-            lifespan=self._lifespan,
-            exception_handlers={HTTPException: _http_error},
-        )
-        self.app = front(
-            app,
-            readers=lambda: self.readers,
-            locator=lambda: self.node,
-            limits=limits,
-            authentication=authentication,
-        )
+        return [
+            *command_routes(
+                lambda: self._require(self.handler),
+                lambda: self._require(self.node),
+                limits=limits,
+            ),
+            *query_routes(
+                lambda: self._require(self.readers),
+                lambda: self._require(self.node),
+                self.readiness,
+                lambda: self._require(self.node).snapshot(),
+                limits=limits,
+                consistency_wait_s=settings.consistency_wait_ms / 1000,
+            ),
+            Route("/metrics", self._metrics),
+            *api_docs_routes(document),
+            *dashboard_routes(settings.url, limits),
+        ]
 
     @staticmethod
     def _require(resource: Any) -> Any:
@@ -165,131 +169,178 @@ class Instance:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        from foldstream.spark import spark_session
-
-        settings = self.settings
+        """Open the parts in order (each closed, in reverse, by the exit stack): the store host,
+        the command side, Spark and the projections, the copies, the cluster node."""
         layout = self._prepared
         if layout is None:
             layout = await asyncio.to_thread(self.prepare)
         self._prepared = None  # a later start checks again
-        events = settings.events_topic
-        if not self.service.aggregates and all(
-            p.source_topic(events) != events for p in self.service.projections
-        ):
-            layout = {t: n for t, n in layout.items() if t != events}  # no partitions to own
-        stores = store_layouts(self.service, settings)
-        formats = {p.store: p.table_format for p in self.service.projections}
+        layout = self._owned_topics(layout)
         async with contextlib.AsyncExitStack() as stack:
-            # Closed after the queries stopped: no task writes through it any more.
-            host = StoreHost(
-                state_dir=settings.state_dir,
-                host=settings.store_host,
-                on_task=self.metrics.observe_task,
-                on_poison=self.metrics.observe_poison,
-                on_applied=self.applied.applied,
-                on_late=self.metrics.observe_late,
-                formats=formats,
-            )
-            host.start()
-            stack.callback(host.stop)
-            handler = commands = None
-            if self.service.aggregates:
-                snapshots = SnapshotStore(
-                    host,
-                    bootstrap=settings.bootstrap_servers,
-                    changelog_topic=settings.changelog_topic(AGGREGATE_STORE),
-                )
-                stack.callback(snapshots.close)
-                handler = CommandHandler(
-                    aggregates=self.service.aggregates,
-                    bootstrap=settings.bootstrap_servers,
-                    topic=events,
-                    partitions=settings.partitions,
-                    linger_ms=settings.linger_ms,
-                    fetch_wait_max_ms=settings.fetch_wait_max_ms,
-                    transactional_id_prefix=events,
-                    max_record_bytes=event_bytes_limit(settings.limits),
-                    snapshots=snapshots,
-                    cache_size=settings.aggregate_cache_size,
-                )
-                handler.start()
-                stack.callback(handler.close)
-                commands = CommandPartitions(handler)
-                commands.start()
-                stack.callback(commands.close)
-            self.handler = handler
-            spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
-            stack.callback(spark.stop)
-            stores_of = {
-                query_name(settings.service, p.store): p.store for p in self.service.projections
-            }
-            unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
-            stack.callback(unlisten)
-            runner = ProjectionRunner(
-                spark=spark,
-                settings=settings,
-                host=host,
-                service_path=self.service_path,
-                projections=self.service.projections,
-                partitions=layout,
-            )
-            await asyncio.to_thread(runner.start)
-            stack.callback(runner.stop)
-            ends = {
-                topic: EndOffsets(
-                    settings.bootstrap_servers,
-                    topic,
-                    list(range(count)),
-                    fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
-                )
-                for topic, count in layout.items()
-            }
-            for topic_ends in ends.values():
-                stack.callback(topic_ends.close)
-            replicas = StandbyReplicas(
-                bootstrap=settings.bootstrap_servers,
-                state_dir=settings.state_dir,
-                layouts=stores,
-                fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
-                on_applied=self.applied.applied,
-            )
-            stack.callback(replicas.close)
-            local = LocalStores(
-                settings.state_dir,
-                host=host,
-                standby_read=replicas.get,
-                standby_offset=replicas.applied_offset,
-                standby_scan=replicas.scan,
-                formats=formats,
-            )
-            stack.callback(local.close)
-            store_info = {  # what is queryable: hidden stores are not
-                p.store: StoreInfo.of(p, p.source_topic(events), layout[p.source_topic(events)])
-                for p in self.service.projections
-                if not is_hidden(p)
-            }
-            readers = StoreReaders(store_info, local, applied=self.applied)
-            node = ClusterNode(
-                settings=settings,
-                member_id=self.member_id(),
-                stores=stores,
-                topics=layout,
-                store_info={store: asdict(info) for store, info in store_info.items()},
-                local=local,
-                replicas=replicas,
-                projections=runner,
-                commands=commands,
-                ends=ends,
-            )
-            await asyncio.to_thread(node.start)
-            # Leaving first: the HTTP server has stopped answering, then partitions move at
-            # once to the other members, then the stores close.
-            stack.callback(node.close)
+            host = self._open_host(stack)  # closed after the queries stopped: no task writes
+            self.handler, commands = self._open_commands(stack, host)
+            runner = await self._open_projections(stack, host, layout)
+            local, node = await self._open_cluster(stack, host, runner, commands, layout)
+            readers = StoreReaders(self._store_info(layout), local, applied=self.applied)
             self.readers, self.node = readers, node
             try:
                 yield
             finally:
                 self.readers = self.node = self.handler = None
+
+    def _owned_topics(self, layout: dict[str, int]) -> dict[str, int]:
+        """``layout`` without the events topic when nothing reads or writes it here (a service
+        whose stores all read other topics and that has no aggregates): no partitions to own."""
+        events = self.settings.events_topic
+        if self.service.aggregates or any(
+            p.source_topic(events) == events for p in self.service.projections
+        ):
+            return layout
+        return {t: n for t, n in layout.items() if t != events}
+
+    def _formats(self) -> dict[str, str]:
+        return {p.store: p.table_format for p in self.service.projections}
+
+    def _store_info(self, layout: dict[str, int]) -> dict[str, StoreInfo]:
+        """What is queryable (hidden stores are not), with each store's source partitions."""
+        events = self.settings.events_topic
+        return {
+            p.store: StoreInfo.of(p, p.source_topic(events), layout[p.source_topic(events)])
+            for p in self.service.projections
+            if not is_hidden(p)
+        }
+
+    def _open_host(self, stack: contextlib.AsyncExitStack) -> StoreHost:
+        host = StoreHost(
+            state_dir=self.settings.state_dir,
+            host=self.settings.store_host,
+            on_task=self.metrics.observe_task,
+            on_poison=self.metrics.observe_poison,
+            on_applied=self.applied.applied,
+            on_late=self.metrics.observe_late,
+            formats=self._formats(),
+        )
+        host.start()
+        stack.callback(host.stop)
+        return host
+
+    def _open_commands(
+        self, stack: contextlib.AsyncExitStack, host: StoreHost
+    ) -> tuple[CommandHandler | None, CommandPartitions | None]:
+        """The command handler and the partitions it takes, with its aggregate store on
+        ``host``; none for a service without aggregates."""
+        if not self.service.aggregates:
+            return None, None
+        settings = self.settings
+        snapshots = SnapshotStore(
+            host,
+            bootstrap=settings.bootstrap_servers,
+            changelog_topic=settings.changelog_topic(AGGREGATE_STORE),
+        )
+        stack.callback(snapshots.close)
+        handler = CommandHandler(
+            aggregates=self.service.aggregates,
+            bootstrap=settings.bootstrap_servers,
+            topic=settings.events_topic,
+            partitions=settings.partitions,
+            linger_ms=settings.linger_ms,
+            fetch_wait_max_ms=settings.fetch_wait_max_ms,
+            transactional_id_prefix=settings.events_topic,
+            max_record_bytes=event_bytes_limit(settings.limits),
+            snapshots=snapshots,
+            cache_size=settings.aggregate_cache_size,
+        )
+        handler.start()
+        stack.callback(handler.close)
+        commands = CommandPartitions(handler)
+        commands.start()
+        stack.callback(commands.close)
+        return handler, commands
+
+    async def _open_projections(
+        self, stack: contextlib.AsyncExitStack, host: StoreHost, layout: dict[str, int]
+    ) -> ProjectionRunner:
+        """A Spark session, its progress reported in the metrics, and the projections' runner
+        (which starts no query before the cluster gives it partitions)."""
+        from foldstream.spark import spark_session
+
+        settings = self.settings
+        spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
+        stack.callback(spark.stop)
+        stores_of = {
+            query_name(settings.service, p.store): p.store for p in self.service.projections
+        }
+        unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
+        stack.callback(unlisten)
+        runner = ProjectionRunner(
+            spark=spark,
+            settings=settings,
+            host=host,
+            service_path=self.service_path,
+            projections=self.service.projections,
+            partitions=layout,
+        )
+        await asyncio.to_thread(runner.start)
+        stack.callback(runner.stop)
+        return runner
+
+    async def _open_cluster(
+        self,
+        stack: contextlib.AsyncExitStack,
+        host: StoreHost,
+        runner: ProjectionRunner,
+        commands: CommandPartitions | None,
+        layout: dict[str, int],
+    ) -> tuple[LocalStores, ClusterNode]:
+        """The source topics' end trackers, the standby copies, the local copies' reader and
+        the cluster node that gives this member its partitions."""
+        settings = self.settings
+        stores = store_layouts(self.service, settings)
+        ends = {
+            topic: EndOffsets(
+                settings.bootstrap_servers,
+                topic,
+                list(range(count)),
+                fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
+            )
+            for topic, count in layout.items()
+        }
+        for topic_ends in ends.values():
+            stack.callback(topic_ends.close)
+        replicas = StandbyReplicas(
+            bootstrap=settings.bootstrap_servers,
+            state_dir=settings.state_dir,
+            layouts=stores,
+            fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
+            on_applied=self.applied.applied,
+        )
+        stack.callback(replicas.close)
+        local = LocalStores(
+            settings.state_dir,
+            host=host,
+            standby_read=replicas.get,
+            standby_offset=replicas.applied_offset,
+            standby_scan=replicas.scan,
+            formats=self._formats(),
+        )
+        stack.callback(local.close)
+        node = ClusterNode(
+            settings=settings,
+            member_id=self.member_id(),
+            stores=stores,
+            topics=layout,
+            store_info={s: asdict(info) for s, info in self._store_info(layout).items()},
+            local=local,
+            replicas=replicas,
+            projections=runner,
+            commands=commands,
+            ends=ends,
+        )
+        await asyncio.to_thread(node.start)
+        # Leaving first: the HTTP server has stopped answering, then partitions move at once
+        # to the other members, then the stores close.
+        stack.callback(node.close)
+        return local, node
 
 
 def front(
