@@ -114,24 +114,8 @@ def command_routes(
             result = await handler().handle(
                 aggregate, aggregate_id, command, arguments, expected_version=version
             )
-        except InvalidRequest as exc:
-            return error_response(exc.status, str(exc))
-        except UnknownCommand as exc:
-            return error_response(404, str(exc))
-        except InvalidArguments as exc:
-            return error_response(400, str(exc))
-        except RecordTooLarge as exc:
-            return error_response(413, str(exc))
-        except VersionConflict as exc:
-            return _error(409, exc, expected_version=exc.expected, current_version=exc.current)
-        except AggregateUnreplayable as exc:
-            return error_response(409, str(exc))
-        except (DomainRuleViolation, UnstorableAggregate) as exc:
-            return error_response(422, str(exc))
-        except NotOwner as exc:
-            return _error(503, exc, {"Retry-After": "1"}, partition=exc.partition)
-        except BrokerUnavailable as exc:
-            return error_response(503, str(exc), headers={"Retry-After": "1"})
+        except COMMAND_ERRORS as exc:
+            return command_error(exc)
         return JSONResponse(
             {
                 "events": result.events,
@@ -141,6 +125,36 @@ def command_routes(
         )
 
     return [Route("/commands/{aggregate}/{aggregate_id}/{command}", run_command, methods=["POST"])]
+
+
+#: The status of each error a command may end with (all others are 500s: bugs).
+STATUS_OF: dict[type[Exception], int] = {
+    InvalidArguments: 400,
+    UnknownCommand: 404,
+    VersionConflict: 409,
+    AggregateUnreplayable: 409,
+    RecordTooLarge: 413,
+    DomainRuleViolation: 422,
+    UnstorableAggregate: 422,
+    NotOwner: 503,
+    BrokerUnavailable: 503,
+}
+COMMAND_ERRORS: tuple[type[Exception], ...] = (InvalidRequest, *STATUS_OF)
+
+
+def command_error(exc: Exception) -> JSONResponse:
+    """The answer to a command that ended with ``exc`` (one of :data:`COMMAND_ERRORS`): its
+    status, ``Retry-After`` on a 503, and the fields a client acts on (the versions of a
+    conflict, the partition nobody here owns)."""
+    if isinstance(exc, InvalidRequest):
+        return error_response(exc.status, str(exc))
+    status = next(s for kind, s in STATUS_OF.items() if isinstance(exc, kind))
+    headers = {"Retry-After": "1"} if status == 503 else None
+    if isinstance(exc, VersionConflict):
+        return _error(status, exc, expected_version=exc.expected, current_version=exc.current)
+    if isinstance(exc, NotOwner):
+        return _error(status, exc, headers, partition=exc.partition)
+    return _error(status, exc, headers)
 
 
 def _error(

@@ -41,10 +41,44 @@ def query_routes(
     ``readiness()`` says whether this instance serves everything it owns, caught up;
     ``cluster()`` is the cluster map published for smart clients.
     """
-    answers = LookupAnswers(readers, locator, limits)
+    routes = QueryRoutes(
+        readers,
+        LookupAnswers(readers, locator, limits),
+        readiness,
+        cluster,
+        consistency_wait_s=consistency_wait_s,
+    )
+    return [
+        Route("/stores", routes.list_stores),
+        Route("/stores/{store}/keys/{key:path}", routes.get_key),
+        Route("/stores/{store}/owners/{key:path}", routes.owners),
+        Route("/cluster", routes.cluster_map),
+        Route("/stores/{store}/keys", routes.get_keys, methods=["POST"]),
+        Route("/health", routes.health),
+        Route("/ready", routes.ready),
+    ]
 
-    async def list_stores(request: Request) -> JSONResponse:
-        layout = readers().layout
+
+class QueryRoutes:
+    """The query side's endpoints: each reads its request and sends what ``answers`` (or the
+    readers, the readiness check and the cluster map) says."""
+
+    def __init__(
+        self,
+        readers: Callable[[], StoreReaders],
+        answers: LookupAnswers,
+        readiness: Callable[[], tuple[bool, dict[str, object]]],
+        cluster: Callable[[], dict[str, Any]],
+        *,
+        consistency_wait_s: float,
+    ) -> None:
+        self.readers = readers
+        self.answers = answers
+        self.readiness = readiness
+        self.cluster = cluster
+        self.consistency_wait_s = consistency_wait_s
+
+    async def list_stores(self, request: Request) -> JSONResponse:
         return JSONResponse(
             {
                 "stores": [
@@ -54,21 +88,21 @@ def query_routes(
                         "partitioner": i.partitioner,
                         "kind": i.kind,
                     }
-                    for s, i in layout.items()
+                    for s, i in self.readers().layout.items()
                 ]
             }
         )
 
-    async def get_key(request: Request) -> Response:
-        scope = request.scope
+    async def get_key(self, request: Request) -> Response:
+        scope, answers = request.scope, self.answers
         path, query, header = raw_path_of(scope), scope["query_string"], token_header(scope)
         if header is None and not has_token(query):
             return to_response(answers.lookup(path, query) or NOT_FOUND)
-        answer = await answers.lookup_after(path, query, header, consistency_wait_s)
+        answer = await answers.lookup_after(path, query, header, self.consistency_wait_s)
         return to_response(answer or NOT_FOUND)
 
-    async def get_keys(request: Request) -> Response:
-        scope = request.scope
+    async def get_keys(self, request: Request) -> Response:
+        scope, answers = request.scope, self.answers
         try:
             body = await answers.limits.read_body(request)
         except InvalidRequest as exc:
@@ -76,45 +110,36 @@ def query_routes(
         path, query, header = raw_path_of(scope), scope["query_string"], token_header(scope)
         if header is None and not has_token(query):
             return to_response(answers.batch(path, query, body) or NOT_FOUND)
-        answer = await answers.batch_after(path, query, body, header, consistency_wait_s)
+        answer = await answers.batch_after(path, query, body, header, self.consistency_wait_s)
         return to_response(answer or NOT_FOUND)
 
-    async def owners(request: Request) -> Response:
+    async def owners(self, request: Request) -> Response:
+        scope = request.scope
         try:
-            target = answers.owner_target(raw_path_of(request.scope), request.scope["query_string"])
+            target = self.answers.owner_target(raw_path_of(scope), scope["query_string"])
         except InvalidRequest as exc:
             return error_response(exc.status, str(exc))
         if target is None:
             return to_response(NOT_FOUND)
         store, key = target
-        stores = readers()
+        stores = self.readers()
         try:
             info = stores.info(store)
         except StoreNotFound as exc:
             return error_response(404, str(exc))
         partition = stores.partition(store, key)
-        owner = cluster_partition(cluster(), info.topic, partition)
+        owner = cluster_partition(self.cluster(), info.topic, partition)
         return JSONResponse({"store": store, "key": key.decode(), "partition": partition, **owner})
 
-    async def cluster_map(request: Request) -> JSONResponse:
-        return JSONResponse(cluster())
+    async def cluster_map(self, request: Request) -> JSONResponse:
+        return JSONResponse(self.cluster())
 
-    async def health(request: Request) -> JSONResponse:
+    async def health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "alive"})
 
-    async def ready(request: Request) -> JSONResponse:
-        is_ready, details = readiness()
+    async def ready(self, request: Request) -> JSONResponse:
+        is_ready, details = self.readiness()
         return JSONResponse({"ready": is_ready, **details}, status_code=200 if is_ready else 503)
-
-    return [
-        Route("/stores", list_stores),
-        Route("/stores/{store}/keys/{key:path}", get_key),
-        Route("/stores/{store}/owners/{key:path}", owners),
-        Route("/cluster", cluster_map),
-        Route("/stores/{store}/keys", get_keys, methods=["POST"]),
-        Route("/health", health),
-        Route("/ready", ready),
-    ]
 
 
 def cluster_partition(cluster: dict[str, Any], topic: str, partition: int) -> dict[str, Any]:
