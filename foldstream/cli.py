@@ -11,8 +11,28 @@ from typing import Annotated
 import typer
 
 from foldstream.errors import FoldstreamError
+from foldstream.serve_options import (
+    AdvertisedUrlOption,
+    AuthQueriesOption,
+    AuthTokenFileOption,
+    BootstrapOption,
+    CreateTopicsOption,
+    HostOption,
+    KafkaConfigOption,
+    MinInsyncReplicasOption,
+    OnStaleStateOption,
+    PartitionsOption,
+    PortOption,
+    ReadyMaxLagOption,
+    ReplicationFactorOption,
+    ServerOption,
+    ServiceOption,
+    SessionTimeoutMsOption,
+    SparkMasterOption,
+    StandbysOption,
+    StateDirOption,
+)
 from foldstream.serving import HttpServer
-from foldstream.settings import OnStaleState
 
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
@@ -63,79 +83,25 @@ def broker(port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 90
 
 @cli.command()
 def serve(
-    service: Annotated[str, typer.Option(help="import path of the Service")] = DEFAULT_SERVICE,
-    port: Annotated[int, typer.Option()] = 8000,
-    host: Annotated[str, typer.Option()] = "127.0.0.1",
-    bootstrap: Annotated[
-        str | None, typer.Option(help="Kafka bootstrap servers (env: KAFKA_BOOTSTRAP_SERVERS)")
-    ] = None,
-    state_dir: Annotated[Path | None, typer.Option(help="where stores live")] = None,
-    partitions: Annotated[int | None, typer.Option(help="events topic partitions")] = None,
-    kafka_config: Annotated[
-        Path | None,
-        typer.Option(
-            help="Kafka client properties file: security (SASL, TLS) and other librdkafka "
-            "properties; KAFKA_<NAME> variables override it (env: FOLDSTREAM_KAFKA_CONFIG)"
-        ),
-    ] = None,
-    replication_factor: Annotated[
-        int | None,
-        typer.Option(
-            help="replication factor of the topics created (default: the brokers'; env: "
-            "FOLDSTREAM_REPLICATION_FACTOR)"
-        ),
-    ] = None,
-    min_insync_replicas: Annotated[
-        int | None,
-        typer.Option(
-            help="min.insync.replicas of the topics created (default: the brokers'; env: "
-            "FOLDSTREAM_MIN_INSYNC_REPLICAS)"
-        ),
-    ] = None,
-    create_topics: Annotated[
-        bool | None,
-        typer.Option(
-            "--create-topics/--no-create-topics",
-            help="create missing topics, or fail at start naming them (locked-down clusters) "
-            "(default: create; env: FOLDSTREAM_CREATE_TOPICS)",
-        ),
-    ] = None,
-    spark_master: Annotated[str | None, typer.Option(help="e.g. local[*], spark://h:7077")] = None,
-    advertised_url: Annotated[
-        str | None, typer.Option(help="URL clients and other instances reach this one at")
-    ] = None,
-    standbys: Annotated[
-        int | None, typer.Option(help="warm standby copies of each partition (default 1)")
-    ] = None,
-    session_timeout_ms: Annotated[
-        int | None, typer.Option(help="how long a silent instance keeps its partitions")
-    ] = None,
-    server: Annotated[
-        HttpServer, typer.Option(help="HTTP server; granian: faster lookups, own worker process")
-    ] = HttpServer.uvicorn,
-    ready_max_lag: Annotated[
-        int | None,
-        typer.Option(help="GET /ready is 200 only within this many records of the source (1000)"),
-    ] = None,
-    auth_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="file holding the bearer token commands need [env: FOLDSTREAM_AUTH_TOKEN_FILE,"
-            " or the token itself in FOLDSTREAM_AUTH_TOKEN]"
-        ),
-    ] = None,
-    auth_queries: Annotated[
-        bool | None,
-        typer.Option(help="require the token for queries too [env: FOLDSTREAM_AUTH_QUERIES]"),
-    ] = None,
-    on_stale_state: Annotated[
-        OnStaleState | None,
-        typer.Option(
-            help="what to do with a local store copy whose topics were deleted and created "
-            "again, or forgotten by a broker that keeps them in memory: rebuild it from the "
-            "topics (the default) or refuse to start (env FOLDSTREAM_ON_STALE_STATE)"
-        ),
-    ] = None,
+    service: ServiceOption = DEFAULT_SERVICE,
+    port: PortOption = 8000,
+    host: HostOption = "127.0.0.1",
+    bootstrap: BootstrapOption = None,
+    state_dir: StateDirOption = None,
+    partitions: PartitionsOption = None,
+    kafka_config: KafkaConfigOption = None,
+    replication_factor: ReplicationFactorOption = None,
+    min_insync_replicas: MinInsyncReplicasOption = None,
+    create_topics: CreateTopicsOption = None,
+    spark_master: SparkMasterOption = None,
+    advertised_url: AdvertisedUrlOption = None,
+    standbys: StandbysOption = None,
+    session_timeout_ms: SessionTimeoutMsOption = None,
+    server: ServerOption = HttpServer.uvicorn,
+    ready_max_lag: ReadyMaxLagOption = None,
+    auth_token_file: AuthTokenFileOption = None,
+    auth_queries: AuthQueriesOption = None,
+    on_stale_state: OnStaleStateOption = None,
 ) -> None:
     """Run one instance: commands, projections and queries on one HTTP port."""
     from foldstream.process import exit_with_parent
