@@ -101,7 +101,24 @@ class ClusterNode:
             replicas=replicas,
             ends=ends,
         )
-        self.location = Location(
+        self.location = self._location(stores, topics, store_info, projections, commands)
+        self.leader = self._leader(stores, topics)
+        self.heartbeat = Heartbeat(self.map, self.state, on_pause=self._paused)
+        self._upkeep = threading.Thread(
+            target=self._upkeep_loop, name="cluster-upkeep", daemon=True
+        )
+
+    def _location(
+        self,
+        stores: Mapping[str, StoreLayout],
+        topics: Mapping[str, int],
+        store_info: Mapping[str, dict[str, Any]],
+        projections: Projections,
+        commands: CommandPartitions | None,
+    ) -> Location:
+        """Where each partition is answered, and whether this member is ready."""
+        settings = self.settings
+        return Location(
             cluster_map=self.map,
             handover=self.handover,
             standbys=self.standbys,
@@ -115,17 +132,17 @@ class ClusterNode:
             events_topic=settings.events_topic,
             ready_max_lag=settings.ready_max_lag,
         )
-        self.leader = Leader(
+
+    def _leader(self, stores: Mapping[str, StoreLayout], topics: Mapping[str, int]) -> Leader:
+        """The role this member plays while it leads: planning and publishing assignments."""
+        settings = self.settings
+        return Leader(
             bootstrap=settings.bootstrap_servers,
             transactional_id=f"{settings.cluster_topic}.leader",
             cluster_map=self.map,
             topics=topics,
             standby_replicas=settings.standby_replicas,
             copy_lag=lambda state, topic, p: _copy_lag(stores, state, topic, p),
-        )
-        self.heartbeat = Heartbeat(self.map, self.state, on_pause=self._paused)
-        self._upkeep = threading.Thread(
-            target=self._upkeep_loop, name="cluster-upkeep", daemon=True
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
