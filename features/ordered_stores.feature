@@ -33,11 +33,13 @@ Feature: Ordered stores: a customer's bookings between two times
       | 2031-05-02T00:00:00.000Z | 2031-05-03T00:00:00.000Z | {"bookings": 1} |
     And the store "bookings" holds a plain fold of its topic
     And the store "trips_per_day" holds a plain fold of its topic
+    And foldstream's client reads the same windows of "cust-1" in store "trips_per_day"
 
   Scenario: Pages of a range hold every entry once, in order
     When a "java" producer writes 130 bookings of customer "pager-1" to "railway.bookings"
     Then reading the range of "pager-1" in store "bookings" 40 at a time gives each entry once, in order
     And the range of "pager-1" in store "bookings" refuses its own cursor sent with from "2100-01-01T00:00:00Z"
+    And foldstream's client reads the same entries of "pager-1" in store "bookings", 40 at a time from a datetime
 
   Scenario: A tombstone deletes every booking of its customer
     When a "java" producer writes these records to "railway.bookings":

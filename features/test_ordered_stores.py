@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+from datetime import UTC, datetime
 
-from pytest_bdd import parsers, scenarios, when
+from pytest_bdd import parsers, scenarios, then, when
 
 from foldstream.broker import EmbeddedBroker
+from foldstream.client import AsyncFoldstreamClient, FoldstreamClient
+from foldstream.process import InstanceProcess, http
+from foldstream.reads import read_path
+from foldstream.testing.ordered_steps import expected_items
 from foldstream.testing.steps import ScenarioState, produce_records
 from foldstream.times import iso_ms, to_epoch_ms
 
@@ -38,3 +44,47 @@ def many_bookings(
         for n, at in enumerate(times)
     ]
     produce_records(broker, scenario_state, client, topic, rows)
+
+
+@then(
+    parsers.parse(
+        'foldstream\'s client reads the same entries of "{key}" in store "{store}", '
+        "{limit:d} at a time from a datetime"
+    )
+)
+def client_pages(instance: InstanceProcess, key: str, store: str, limit: int) -> None:
+    """``FoldstreamClient.range`` pages, from a ``datetime`` before the first booking, hold
+    what a plain fold of the topic gives, as the HTTP pages do."""
+    expected = expected_items(instance, store)[key]
+    entries: list[dict[str, object]] = []
+    with FoldstreamClient(instance.url) as client:
+        after = None
+        while True:
+            page = client.range(
+                store, key, start=datetime(2026, 6, 1, tzinfo=UTC), limit=limit, after=after
+            )
+            assert len(page.entries) <= limit and page.served_by.role == "active"
+            entries += [entry.model_dump() for entry in page.entries]
+            after = page.next
+            if after is None:
+                break
+    assert entries == expected
+
+
+@then(parsers.parse('foldstream\'s client reads the same windows of "{key}" in store "{store}"'))
+def client_windows(instance: InstanceProcess, key: str, store: str) -> None:
+    """Both clients' ``windows`` answer what ``GET .../windows`` does (the step before
+    checked that against the plain fold), bounds given as epoch milliseconds."""
+    status, body = http("GET", instance.url + read_path(store, key, "windows"))
+    assert status == 200, body
+    start, end = to_epoch_ms(body["windows"][0]["start"]), to_epoch_ms(body["windows"][-1]["end"])
+    with FoldstreamClient(instance.url) as client:
+        answer = client.windows(store, key, start=start, end=end)
+    assert [w.model_dump() for w in answer.windows] == body["windows"]
+
+    async def read_async() -> list[dict[str, object]]:
+        async with AsyncFoldstreamClient(instance.url) as client:
+            answer = await client.windows(store, key, start=start, end=end)
+            return [w.model_dump() for w in answer.windows]
+
+    assert asyncio.run(read_async()) == body["windows"]

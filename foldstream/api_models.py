@@ -48,6 +48,37 @@ class LookupAnswer(_Answer):
     served_by: ServedBy
 
 
+class RangeEntry(_Answer):
+    sort_key: Any = Field(description="an ISO-8601 UTC time, an integer or a string")
+    value: Any
+
+
+class RangeAnswer(_Answer):
+    """``GET /stores/{store}/keys/{key}/range``: a page of the key's entries, in sort key
+    order; ``next`` (sent back as ``after``) reads the next page, null on the last."""
+
+    key: str
+    entries: list[RangeEntry]
+    next: str | None
+    served_by: ServedBy
+
+
+class Window(_Answer):
+    start: str = Field(description="ISO-8601 UTC, inclusive")
+    end: str = Field(description="ISO-8601 UTC, exclusive")
+    value: Any
+
+
+class WindowsAnswer(_Answer):
+    """``GET /stores/{store}/keys/{key}/windows``: a page of the key's windows, oldest first;
+    ``next`` (sent back as ``after``) reads the next page, null on the last."""
+
+    key: str
+    windows: list[Window]
+    next: str | None
+    served_by: ServedBy
+
+
 class MissingKeyAnswer(ErrorAnswer):
     """404 of a lookup of a key the store does not hold (``served_by`` is the owner's copy)."""
 
@@ -94,6 +125,11 @@ class StoreEntry(_Answer):
     name: str
     partitions: int
     partitioner: Literal["murmur2", "consistent"]
+    kind: Literal["point", "ordered", "windowed"] = Field(
+        default="point",
+        description="point: key lookups; ordered: ranges of a key's entries; windowed: a "
+        "key's windows",
+    )
 
 
 class StoresAnswer(_Answer):

@@ -109,7 +109,7 @@ class Instance:
             title=service.name,
             version=foldstream_version(),
             commands=command_arguments(service.aggregates),
-            stores=[p.store for p in service.projections if not is_hidden(p)],
+            stores={p.store: p.kind for p in service.projections if not is_hidden(p)},
             limits=limits,
             commands_secured=bool(authentication),
             queries_secured=any(auth.protects_queries(m) for m in authentication),

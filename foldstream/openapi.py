@@ -2,13 +2,14 @@
 
 Each command of each aggregate is a path of its own (``POST /commands/product/{id}/sell``) whose
 request body is the JSON schema of the command's arguments, the one that validates them
-(:mod:`foldstream.commands.arguments`); each store has its lookup, batch and owners paths; the
+(:mod:`foldstream.commands.arguments`); each store has the reads of its kind (lookup and batch
+of a point store, range of an ordered one, windows of a windowed one) and its owners path; the
 answers' schemas are those of :mod:`foldstream.api_models`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -17,6 +18,7 @@ from pydantic.json_schema import JsonSchemaMode
 from foldstream import api_models as models
 from foldstream.commands.arguments import CommandArguments
 from foldstream.http_input import InputLimits
+from foldstream.query_api.range_answers import DEFAULT_LIMIT, MAX_LIMIT
 
 REF = "#/components/schemas/{model}"
 ANSWER_MODELS: tuple[type[BaseModel], ...] = (
@@ -25,6 +27,8 @@ ANSWER_MODELS: tuple[type[BaseModel], ...] = (
     models.LookupAnswer,
     models.MissingKeyAnswer,
     models.BatchAnswer,
+    models.RangeAnswer,
+    models.WindowsAnswer,
     models.CommandAnswer,
     models.StoresAnswer,
     models.OwnersAnswer,
@@ -57,14 +61,14 @@ def openapi_document(
     title: str,
     version: str,
     commands: Mapping[str, Mapping[str, CommandArguments]],
-    stores: Sequence[str],
+    stores: Mapping[str, str],
     limits: InputLimits,
     commands_secured: bool,
     queries_secured: bool,
 ) -> dict[str, Any]:
     """The OpenAPI document of a service named ``title``: its ``commands`` (``{aggregate:
-    {command: arguments}}``) and ``stores``. ``*_secured``: whether those paths need a bearer
-    token (:mod:`foldstream.auth`)."""
+    {command: arguments}}``) and ``stores`` (``{store: kind}``). ``*_secured``: whether those
+    paths need a bearer token (:mod:`foldstream.auth`)."""
     inputs: list[tuple[str, JsonSchemaMode, TypeAdapter[Any]]]
     inputs = [(m.__name__, "serialization", TypeAdapter(m)) for m in ANSWER_MODELS]
     _, definitions = TypeAdapter.json_schemas(inputs, ref_template=REF)
@@ -81,8 +85,8 @@ def openapi_document(
     for by_name in commands.values():
         for spec in by_name.values():
             paths[_command_path(spec)] = {"post": _command_operation(spec, command_security)}
-    for store in stores:
-        paths.update(_store_paths(store, limits, query_security))
+    for store, kind in stores.items():
+        paths.update(_store_paths(store, kind, limits, query_security))
     paths.update(_instance_paths(query_security))
     document: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -158,50 +162,79 @@ def _command_operation(spec: CommandArguments, security: list[Any] | None) -> di
     return operation
 
 
-def _store_paths(store: str, limits: InputLimits, security: list[Any] | None) -> dict[str, Any]:
-    key = {
+def _store_paths(
+    store: str, kind: str, limits: InputLimits, security: list[Any] | None
+) -> dict[str, Any]:
+    """The paths of ``store``: the reads of its ``kind``, and its owners."""
+    tag = [f"store: {store}"]
+    owners = {
+        "operationId": f"{store}.owners",
+        "tags": tag,
+        "summary": f"Which instances answer for a key of {store}",
+        "parameters": [_key_param(limits)],
+        "responses": {"200": _json(_ref("OwnersAnswer"), "the partition and its copies")},
+    }
+    reads = _range_paths(store, kind, limits) if kind != "point" else _lookup_paths(store, limits)
+    paths = {**reads, f"/stores/{store}/owners/{{key}}": {"get": owners}}
+    for methods in paths.values():
+        for operation in methods.values():
+            operation["tags"] = tag
+            if security is not None:
+                operation["security"] = security
+    return paths
+
+
+def _key_param(limits: InputLimits) -> dict[str, Any]:
+    return {
         "name": "key",
         "in": "path",
         "required": True,
         "schema": {"type": "string", "maxLength": limits.max_key_bytes},
     }
-    max_lag = {
-        "name": "max_lag",
-        "in": "query",
-        "description": "a standby copy at most this many records behind may answer",
-        "schema": {"type": "integer", "minimum": 0},
+
+
+def _query_param(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+_MAX_LAG = _query_param(
+    "max_lag",
+    "a standby copy at most this many records behind may answer",
+    {"type": "integer", "minimum": 0},
+)
+_CONSISTENT_WITH = _query_param(
+    "consistent_with",
+    "a command's consistency token: answer only with state that includes that command (waits "
+    "a bounded time, then 503 with Retry-After); or the header Foldstream-Consistent-With",
+    {"type": "string", "maxLength": 64},
+)
+
+
+def _read_responses(answer: str, description: str) -> dict[str, Any]:
+    """The answers of a read routed to a key's owner."""
+    return {
+        "200": _json(_ref(answer), description),
+        "307": _REDIRECT,
+        "400": _error("bad key or parameter (or a read this store's kind does not answer)"),
+        "404": _json(_ref("MissingKeyAnswer"), "no such key (or store)"),
+        "414": _error("URL too long"),
+        "503": _UNAVAILABLE,
     }
-    after = {
-        "name": "consistent_with",
-        "in": "query",
-        "description": (
-            "a command's consistency token: answer only with state that includes that "
-            "command (waits a bounded time, then 503 with Retry-After); or the header "
-            "Foldstream-Consistent-With"
-        ),
-        "schema": {"type": "string", "maxLength": 64},
-    }
-    tag = [f"store: {store}"]
+
+
+def _lookup_paths(store: str, limits: InputLimits) -> dict[str, Any]:
+    """A point store's lookup and batch lookup."""
     lookup = {
         "operationId": f"{store}.lookup",
-        "tags": tag,
         "summary": f"The value of a key in {store}",
-        "parameters": [key, max_lag, after],
-        "responses": {
-            "200": _json(_ref("LookupAnswer"), "the value and who served it"),
-            "307": _REDIRECT,
-            "400": _error("bad key or parameter"),
-            "404": _json(_ref("MissingKeyAnswer"), "no such key (or store)"),
-            "414": _error("URL too long"),
-            "503": _UNAVAILABLE,
-        },
+        "parameters": [_key_param(limits), _MAX_LAG, _CONSISTENT_WITH],
+        "responses": _read_responses("LookupAnswer", "the value and who served it"),
     }
     keys = {"type": "array", "items": {"type": "string"}, "maxItems": limits.max_batch_keys}
     batch = {
         "operationId": f"{store}.batch",
-        "tags": tag,
         "summary": f"The values of many keys in {store}",
-        "parameters": [after],
+        "parameters": [_CONSISTENT_WITH],
         "requestBody": {"required": True, "content": {"application/json": {"schema": keys}}},
         "responses": {
             "200": _json(_ref("BatchAnswer"), "values here; keys owned elsewhere by owner URL"),
@@ -210,21 +243,37 @@ def _store_paths(store: str, limits: InputLimits, security: list[Any] | None) ->
             "413": _error("body too large"),
         },
     }
-    owners = {
-        "operationId": f"{store}.owners",
-        "tags": tag,
-        "summary": f"Which instances answer for a key of {store}",
-        "parameters": [key],
-        "responses": {"200": _json(_ref("OwnersAnswer"), "the partition and its copies")},
-    }
-    for operation in (lookup, batch, owners):
-        if security is not None:
-            operation["security"] = security
     return {
         f"/stores/{store}/keys/{{key}}": {"get": lookup},
         f"/stores/{store}/keys": {"post": batch},
-        f"/stores/{store}/owners/{{key}}": {"get": owners},
     }
+
+
+def _range_paths(store: str, kind: str, limits: InputLimits) -> dict[str, Any]:
+    """An ordered store's range read, or a windowed store's windows read."""
+    windows = kind == "windowed"
+    what = "windows whose start is" if windows else "entries whose sort key is"
+    bound = "an ISO-8601 time or epoch milliseconds" + ("" if windows else ", an integer or text")
+    page = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
+    read = {
+        "operationId": f"{store}.{'windows' if windows else 'range'}",
+        "summary": f"A key's {what} in [from, to) in {store}",
+        "parameters": [
+            _key_param(limits),
+            _query_param("from", f"inclusive: {bound}", {"type": "string"}),
+            _query_param("to", f"exclusive: {bound}", {"type": "string"}),
+            _query_param(
+                "limit", f"page size (default {MAX_LIMIT if windows else DEFAULT_LIMIT})", page
+            ),
+            _query_param("after", "the previous page's next", {"type": "string"}),
+            _MAX_LAG,
+            _CONSISTENT_WITH,
+        ],
+        "responses": _read_responses(
+            "WindowsAnswer" if windows else "RangeAnswer", f"a page of the key's {what[:-3]}"
+        ),
+    }
+    return {f"/stores/{store}/keys/{{key}}/{'windows' if windows else 'range'}": {"get": read}}
 
 
 def _instance_paths(security: list[Any] | None) -> dict[str, Any]:

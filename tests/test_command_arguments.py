@@ -157,7 +157,7 @@ def document(**secured: bool) -> dict[str, Any]:
         title="orders",
         version="1",
         commands={**command_arguments(inventory.aggregates), "order": ORDER},
-        stores=["stock", "orders"],
+        stores={"stock": "point", "orders": "point", "bookings": "ordered", "sales": "windowed"},
         limits=InputLimits(),
         commands_secured=secured.get("commands", False),
         queries_secured=secured.get("queries", False),
@@ -187,6 +187,28 @@ def test_openapi_document_is_valid_and_describes_each_command_and_store() -> Non
     lookup = paths["/stores/stock/keys/{key}"]["get"]
     assert set(lookup["responses"]) == {"200", "307", "400", "404", "414", "503"}
     assert "security" not in sell and "securitySchemes" not in spec["components"]
+
+
+def test_openapi_document_gives_ordered_and_windowed_stores_their_reads() -> None:
+    """An ordered store is read by ranges and a windowed one by windows: those are their
+    paths (a lookup of either answers 400), with the answers' schemas."""
+    spec = document()
+    paths, schemas = spec["paths"], spec["components"]["schemas"]
+    ranges = paths["/stores/bookings/keys/{key}/range"]["get"]
+    assert [p["name"] for p in ranges["parameters"]] == [
+        "key", "from", "to", "limit", "after", "max_lag", "consistent_with"
+    ]  # fmt: skip
+    assert ranges["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/RangeAnswer"
+    }
+    windows = paths["/stores/sales/keys/{key}/windows"]["get"]
+    assert windows["responses"]["307"]["headers"]["Location"]
+    assert set(schemas["WindowsAnswer"]["required"]) == {"key", "windows", "next", "served_by"}
+    assert set(schemas["RangeEntry"]["properties"]) == {"sort_key", "value"}
+    for store in ("bookings", "sales"):
+        assert f"/stores/{store}/keys/{{key}}" not in paths
+        assert f"/stores/{store}/owners/{{key}}" in paths
+    assert "/stores/stock/keys/{key}/range" not in paths
 
 
 def test_openapi_document_says_which_paths_need_a_token() -> None:

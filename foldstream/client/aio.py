@@ -14,10 +14,21 @@ from foldstream.api_models import (
     CommandAnswer,
     LookupAnswer,
     OwnersAnswer,
+    RangeAnswer,
     Readiness,
     StoresAnswer,
+    WindowsAnswer,
 )
-from foldstream.client.flows import Batch, BatchLookup, ClientCore, Flow, Result, Send
+from foldstream.client.flows import (
+    Batch,
+    BatchLookup,
+    Bound,
+    ClientCore,
+    Flow,
+    Result,
+    Send,
+    read_params,
+)
 from foldstream.client.policy import give_up, retry_policy
 from foldstream.routing import MAX_HOPS
 
@@ -65,6 +76,52 @@ class AsyncFoldstreamClient:
         consistent_with: str | None = None,
     ) -> LookupAnswer:
         return await self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
+
+    async def range(
+        self,
+        store: str,
+        key: str,
+        *,
+        start: Bound | None = None,
+        end: Bound | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> RangeAnswer:
+        params = read_params(
+            start=start,
+            end=end,
+            limit=limit,
+            after=after,
+            max_lag=max_lag,
+            consistent_with=consistent_with,
+        )
+        return await self._run(lambda: self._core.read(store, key, "range", params, RangeAnswer))
+
+    async def windows(
+        self,
+        store: str,
+        key: str,
+        *,
+        start: Bound | None = None,
+        end: Bound | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> WindowsAnswer:
+        params = read_params(
+            start=start,
+            end=end,
+            limit=limit,
+            after=after,
+            max_lag=max_lag,
+            consistent_with=consistent_with,
+        )
+        return await self._run(
+            lambda: self._core.read(store, key, "windows", params, WindowsAnswer)
+        )
 
     async def get_many(self, store: str, keys: Sequence[str]) -> Batch:
         return await self._run(BatchLookup(self._core, store, keys).attempt)

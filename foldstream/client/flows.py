@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urljoin
 
@@ -113,6 +114,39 @@ def answer(response: httpx.Response, model: type[M]) -> M:
     raise kind(f"{response.status_code}: {message}", response.status_code, body)
 
 
+#: A bound of a range or windows read: an ISO-8601 time (a datetime without a zone is UTC),
+#: epoch milliseconds or an integer sort key, or a text sort key.
+Bound = datetime | int | str
+
+
+def read_params(
+    *,
+    start: Bound | None = None,
+    end: Bound | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    max_lag: int | None = None,
+    consistent_with: str | None = None,
+) -> dict[str, str]:
+    """The query parameters of a read: ``from``/``to`` from ``start``/``end``, and those given."""
+    given = {
+        "from": start,
+        "to": end,
+        "limit": limit,
+        "after": after,
+        "max_lag": max_lag,
+        "consistent_with": consistent_with,
+    }
+    return {name: _param(value) for name, value in given.items() if value is not None}
+
+
+def _param(value: Bound) -> str:
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat(timespec="milliseconds")
+    return str(int(value)) if isinstance(value, int) else value
+
+
 def _path(*segments: str) -> str:
     return "/" + "/".join(quote(segment, safe="") for segment in segments)
 
@@ -195,16 +229,20 @@ class ClientCore:
     def lookup(
         self, store: str, key: str, max_lag: int | None, consistent_with: str | None = None
     ) -> Flow[LookupAnswer]:
+        params = read_params(max_lag=max_lag, consistent_with=consistent_with)
+        return self.read(store, key, None, params, LookupAnswer)
+
+    def read(
+        self, store: str, key: str, kind: str | None, params: dict[str, str], model: type[M]
+    ) -> Flow[M]:
+        """``GET /stores/{store}/keys/{key}`` (``kind`` None) or ``.../{key}/{kind}`` (a range
+        or windows read) with ``params``, sent to the key's owner."""
         yield from self.refresh()
         base = self.router.store_owner(store, key) or self.router.any_instance()
-        params = {} if max_lag is None else {"max_lag": str(int(max_lag))}
-        if consistent_with is not None:
-            params["consistent_with"] = consistent_with
+        path = _path("stores", store, "keys", key) + ("" if kind is None else f"/{kind}")
         query = f"?{urlencode(params)}" if params else ""
-        response = yield from self.exchange(
-            Send("GET", base + _path("stores", store, "keys", key) + query)
-        )
-        return answer(response, LookupAnswer)
+        response = yield from self.exchange(Send("GET", base + path + query))
+        return answer(response, model)
 
     def command(
         self,

@@ -13,10 +13,21 @@ from foldstream.api_models import (
     CommandAnswer,
     LookupAnswer,
     OwnersAnswer,
+    RangeAnswer,
     Readiness,
     StoresAnswer,
+    WindowsAnswer,
 )
-from foldstream.client.flows import Batch, BatchLookup, ClientCore, Flow, Result, Send
+from foldstream.client.flows import (
+    Batch,
+    BatchLookup,
+    Bound,
+    ClientCore,
+    Flow,
+    Result,
+    Send,
+    read_params,
+)
 from foldstream.client.policy import give_up, retry_policy
 from foldstream.routing import MAX_HOPS
 
@@ -76,6 +87,56 @@ class FoldstreamClient:
         copy at most that many records behind may answer; ``consistent_with``: a command's
         ``token``, answered only with state that includes that command)."""
         return self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
+
+    def range(
+        self,
+        store: str,
+        key: str,
+        *,
+        start: Bound | None = None,
+        end: Bound | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> RangeAnswer:
+        """A page of ``key``'s entries in ordered store ``store`` whose sort keys are in
+        [``start``, ``end``) (either open), in sort key order, at most ``limit``; the answer's
+        ``next``, given as ``after``, reads the next page."""
+        params = read_params(
+            start=start,
+            end=end,
+            limit=limit,
+            after=after,
+            max_lag=max_lag,
+            consistent_with=consistent_with,
+        )
+        return self._run(lambda: self._core.read(store, key, "range", params, RangeAnswer))
+
+    def windows(
+        self,
+        store: str,
+        key: str,
+        *,
+        start: Bound | None = None,
+        end: Bound | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        max_lag: int | None = None,
+        consistent_with: str | None = None,
+    ) -> WindowsAnswer:
+        """A page of ``key``'s windows in windowed store ``store`` whose start is in
+        [``start``, ``end``) (either open), oldest first; ``next`` reads on, as in
+        :meth:`range`."""
+        params = read_params(
+            start=start,
+            end=end,
+            limit=limit,
+            after=after,
+            max_lag=max_lag,
+            consistent_with=consistent_with,
+        )
+        return self._run(lambda: self._core.read(store, key, "windows", params, WindowsAnswer))
 
     def get_many(self, store: str, keys: Sequence[str]) -> Batch:
         """The values of ``keys``, asking each owner for its keys (all owners at once)."""
