@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from foldstream.commands.arguments import CommandArguments, InvalidArguments, command_arguments
-from foldstream.commands.handler import (
-    CommandHandler,
-    CommandResult,
-    UnknownCommand,
-    VersionConflict,
-)
+from foldstream.commands.handler import CommandHandler
+from foldstream.commands.outcomes import CommandResult, UnknownCommand, VersionConflict
 from foldstream.commands.unreplayable import AggregateUnreplayable
 
 __all__ = [

@@ -21,12 +21,12 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from foldstream.commands.aggregates import DEFAULT_CACHE_SIZE, CacheBudget, PartitionAggregates
 from foldstream.commands.arguments import CommandArguments, command_arguments
 from foldstream.commands.group_commit import MAX_RECORD_BYTES, GroupCommitter
+from foldstream.commands.outcomes import CommandResult, UnknownCommand, VersionConflict
 from foldstream.commands.replay import replay
 from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.commands.working_copy import working_copy
@@ -43,28 +43,6 @@ from foldstream.kafka import partition_for
 log = logging.getLogger(__name__)
 
 
-class UnknownCommand(FoldstreamError):
-    """The aggregate or command named in a request does not exist (HTTP 404).
-
-    Remedy: check the names against the service's aggregates and their ``@command`` methods.
-    """
-
-
-class VersionConflict(FoldstreamError):
-    """The aggregate is not at the version the command expected (HTTP 409); nothing was appended.
-
-    Versions are eventsourcing's: an aggregate's version is its last event's
-    ``originator_version``; the first event is version 1, so an id without events is at 0.
-    Remedy (client): read the aggregate again, decide again, resend with ``current_version``.
-    """
-
-    def __init__(self, aggregate_id: str, expected: int, current: int) -> None:
-        super().__init__(f"{aggregate_id!r} is at version {current}, not {expected}")
-        self.aggregate_id = aggregate_id
-        self.expected = expected
-        self.current = current
-
-
 class ReplayCancelled(FoldstreamError):
     """A partition was given up while it was being replayed; nothing was taken over.
 
@@ -76,15 +54,6 @@ def _check_wanted(partitions: Iterable[int], still_wanted: Callable[[int], bool]
     dropped = [p for p in partitions if still_wanted is not None and not still_wanted(p)]
     if dropped:
         raise ReplayCancelled(f"partitions {dropped} were given up during their replay")
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """The events a command appended and where the last one landed."""
-
-    events: list[dict[str, Any]]
-    partition: int
-    offset: int
 
 
 _ENVELOPE = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})

@@ -9,7 +9,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from foldstream.commands.arguments import InvalidArguments
-from foldstream.commands.handler import CommandHandler, UnknownCommand, VersionConflict
+from foldstream.commands.handler import CommandHandler
+from foldstream.commands.outcomes import UnknownCommand, VersionConflict
 from foldstream.commands.unreplayable import AggregateUnreplayable
 from foldstream.domain import DomainRuleViolation
 from foldstream.domain.snapshots import UnstorableAggregate

@@ -68,7 +68,8 @@ from foldstream.projections.task_output import (
 from foldstream.projections.task_steps import TaskSteps
 from foldstream.projections.worker import after_task, gc_paused
 from foldstream.state import PartitionWriter
-from foldstream.state.host import PartitionClosed, RemotePartition, call_host
+from foldstream.state.host import PartitionClosed
+from foldstream.state.host_client import RemotePartition, call_host
 
 log = logging.getLogger(__name__)
 

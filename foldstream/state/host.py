@@ -10,7 +10,7 @@ the changes back in another; the host writes them with the source offset in one 
 the worker did, and lookups read the same open partition. The connection is
 :mod:`multiprocessing.connection` (pickled tuples) authenticated by a key made per host; the
 partition's owner (the cluster node) decides what is held, and a task's write is refused once
-its partition moved.
+its partition moved. The tasks' side of the connection is :mod:`foldstream.state.host_client`.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from foldstream.errors import ConfigurationError, FoldstreamError
-from foldstream.state.base import Entries, PartitionWriter, overlay_scan
+from foldstream.errors import ConfigurationError
 from foldstream.state.format import TABLE_FORMAT
 from foldstream.state.held import HeldPartition, PartitionClosed
+from foldstream.state.host_client import RemotePartition as RemotePartition  # re-exported
+from foldstream.state.host_client import StoreHostError as StoreHostError  # re-exported
+from foldstream.state.host_client import call_host as call_host  # re-exported
 from foldstream.state.rocksdb import RocksDBWriter, is_lock_held, partition_path
 
 log = logging.getLogger(__name__)
@@ -41,8 +43,7 @@ log = logging.getLogger(__name__)
 IDLE_FLUSH_S = 5.0
 IDLE_FLUSH_ENTRIES = 1000
 
-#: How long a task waits for the host's answer, and a new connection for its handshake.
-REQUEST_TIMEOUT_S = 120.0
+#: How long a new connection has for its handshake.
 HANDSHAKE_TIMEOUT_S = 10.0
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
@@ -327,107 +328,3 @@ def _set_receive_timeout(fileno: int, seconds: float) -> None:
     timeval = struct.pack("ll", int(seconds), int(seconds % 1 * 1e6))
     with socket.socket(fileno=os.dup(fileno)) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-
-
-class StoreHostError(FoldstreamError):
-    """The store host failed a projection task's request (the task fails and Spark retries it).
-
-    Remedy: read the instance's log for the cause (e.g. a full disk).
-    """
-
-
-_connections: dict[str, Connection] = {}
-
-
-def call_host(address: str, authkey: bytes, request: tuple[Any, ...]) -> Any:
-    """Send ``request`` to the host at ``address`` and return its answer; one connection per
-    address and Spark worker, kept for the worker's life."""
-    connection = _connections.get(address)
-    if connection is None:
-        host, _, port = address.rpartition(":")
-        connection = Client((host, int(port)), authkey=authkey)
-        _connections[address] = connection
-    try:
-        connection.send(request)
-        if not connection.poll(REQUEST_TIMEOUT_S):
-            raise TimeoutError(f"store host {address} did not answer in {REQUEST_TIMEOUT_S}s")
-        status, answer = connection.recv()
-    except (EOFError, OSError):
-        _connections.pop(address, None)
-        connection.close()
-        raise
-    if status == "closed":
-        raise PartitionClosed(answer)
-    if status != "ok":
-        raise StoreHostError(answer)
-    return answer
-
-
-class RemotePartition(PartitionWriter):
-    """A partition held by a :class:`StoreHost`, as a projection task sees it: the values of
-    ``keys`` (those the task folds) read in one round trip, its changes written in another."""
-
-    def __init__(
-        self, address: str, authkey: bytes, store: str, partition: int, keys: list[bytes]
-    ) -> None:
-        self._call = (address, authkey)
-        self._target = (store, partition)
-        state, values = call_host(address, authkey, ("read", store, partition, keys))
-        self._token: str = state.token
-        #: The epoch of the hold: every changelog record of this partition carries it.
-        self.epoch: int = state.epoch
-        #: The id of the source topic the partition is built from (None: unknown): every
-        #: changelog record of this partition carries it too.
-        self.source_id: str | None = state.source_id
-        self._applied: int | None = state.applied_offset
-        self._changelog: int | None = state.changelog_offset
-        self._values: dict[bytes, bytes | None] = dict(zip(keys, values, strict=True))
-        self._changes: dict[bytes, bytes | None] = {}
-
-    def get(self, key: bytes) -> bytes | None:
-        if key in self._changes:
-            return self._changes[key]
-        if key not in self._values:
-            state, (value,) = call_host(*self._call, ("read", *self._target, [key]))
-            if (state.token, state.applied_offset) != (self._token, self._applied):
-                raise PartitionClosed(f"{self._target} was written or moved since it was read")
-            self._values[key] = value
-        return self._values[key]
-
-    def scan(self, start: bytes, end: bytes, limit: int) -> Entries:
-        """The entries of ``[start, end)`` as this task's changes leave them (committed ones
-        read from the host, a page per round trip)."""
-        return overlay_scan(self._committed_scan, self._changes, start, end, limit)
-
-    def _committed_scan(self, start: bytes, end: bytes, limit: int) -> Entries:
-        state, entries = call_host(*self._call, ("scan", *self._target, start, end, limit))
-        if (state.token, state.applied_offset) != (self._token, self._applied):
-            raise PartitionClosed(f"{self._target} was written or moved since it was read")
-        return entries  # type: ignore[no-any-return]
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self._changes[key] = value
-
-    def delete(self, key: bytes) -> None:
-        self._changes[key] = None
-
-    def applied_offset(self) -> int | None:
-        return self._applied
-
-    def changelog_offset(self) -> int | None:
-        return self._changelog
-
-    def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
-        call_host(
-            *self._call,
-            ("write", *self._target, self._token, self._applied, self._changes, offset)
-            + (changelog_offset,),
-        )
-        self._values.update(self._changes)
-        self._changes = {}
-        self._applied = offset
-        if changelog_offset is not None:
-            self._changelog = changelog_offset
-
-    def close(self) -> None:
-        self._changes = {}

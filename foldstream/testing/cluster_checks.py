@@ -1,25 +1,21 @@
 """Cluster checks of the step library (the ``Then`` sentences of
 :mod:`foldstream.testing.cluster_steps`, whose docstring lists them): who answers each key,
-standby reads, failover, restores and joiners, on the cluster a ``Given a cluster of ...`` step
-started. Loaded by :mod:`foldstream.testing.plugin` after ``cluster_steps``."""
+standby reads, restores and joiners, on the cluster a ``Given a cluster of ...`` step started
+(the checks after a failover: :mod:`foldstream.testing.failover_checks`). Loaded by
+:mod:`foldstream.testing.cluster_plugin` after ``cluster_steps``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
 from collections import Counter
 from typing import Any
 
-import pytest
 from pytest_bdd import parsers, then
 
-from foldstream.cluster.assignment import Assignment
-from foldstream.cluster.map import ASSIGNMENT_KEY
-from foldstream.cluster.records import InvalidRecord, parse_assignment
-from foldstream.kafka import partition_for, read_to_end
-from foldstream.process import InstanceProcess, cluster_stable, http, lookup, wait_cluster_stable
+from foldstream.kafka import partition_for
+from foldstream.process import InstanceProcess, http, lookup, wait_cluster_stable
 from foldstream.testing.cluster_steps import (
     ClusterState,
     Store,
@@ -29,14 +25,7 @@ from foldstream.testing.cluster_steps import (
     owner_in,
     written,
 )
-from foldstream.testing.steps import (
-    NAME,
-    REQUEST_ERRORS,
-    WAIT,
-    ScenarioState,
-    service_of,
-    wait_until,
-)
+from foldstream.testing.steps import NAME, WAIT, ScenarioState, service_of, wait_until
 
 # Then ----------------------------------------------------------------------------------------
 
@@ -128,74 +117,6 @@ def exactly_one_succeeded(cluster_state: ClusterState) -> None:
     assert statuses == Counter({200: 1, 409: len(cluster_state.answers) - 1}), cluster_state.answers
 
 
-@then(
-    parsers.re(
-        r"every key is answered again within (?P<seconds>\d+) seconds, with no wrong answer "
-        r"and only (?P<allowed>\d+(?:(?:, | or )\d+)*) seen"
-    )
-)
-def answered_again(
-    cluster_state: ClusterState, request: pytest.FixtureRequest, seconds: str, allowed: str
-) -> None:
-    """Every survivor answers every key (redirects followed) with its value; the seconds since
-    the kill are printed and kept as the test report's user property ``failover_s``. Meanwhile
-    the query load saw no wrong value and no other status (a connection error counts, except
-    to the dead instance)."""
-    load = cluster_state.load
-    assert load is not None, "no query load runs in this scenario"
-    assert cluster_state.killed_at, "no instance was killed in this scenario"
-    survivors = cluster_state.live()
-    missing: list[str] = []
-
-    def all_answered() -> bool:
-        missing.clear()
-        for member in survivors:
-            for key, value in load.expected.items():
-                url = member.url + load.store.path(key)
-                try:
-                    status, body = http("GET", url, timeout=10)
-                except REQUEST_ERRORS as exc:
-                    missing.append(f"{url}: {exc!r}")
-                    return False
-                if status == 200 and body["value"] != value:
-                    load.wrong.append(f"{url}: {body}")
-                if status != 200:
-                    missing.append(f"{url}: {status} {body}")
-                    return False
-        return True
-
-    wait_until(
-        all_answered, lambda: f"{missing}; load saw {load.statuses}", max(WAIT, 2 * int(seconds))
-    )
-    recovered = time.monotonic() - cluster_state.killed_at
-    load.stop()
-    print(f"\nfailover: every key answered again {recovered:.2f}s after kill -9; {load.statuses}")
-    # What the record_property fixture does, without its warning (an error here) under
-    # --junitxml's default xunit2 family.
-    request.node.user_properties.append(("failover_s", round(recovered, 2)))
-    assert not load.wrong, load.wrong
-    assert set(load.statuses) <= {int(s) for s in re.findall(r"\d+", allowed)}, (
-        load.statuses,
-        load.samples,
-    )
-    assert recovered < int(seconds), f"{recovered:.2f}s"
-
-
-@then(parsers.parse("the {count:d} survivors own every partition"))
-def survivors_own_everything(cluster_state: ClusterState, count: int) -> None:
-    """The survivors' maps name only them, with a live owner for every partition."""
-    survivors = cluster_state.live()
-    assert len(survivors) == count, [m.url for m in survivors]
-
-    def stable() -> bool:
-        try:
-            return cluster_stable(survivors, standbys=False)
-        except REQUEST_ERRORS:
-            return False
-
-    wait_until(stable, lambda: f"map: {cluster_view(survivors[0])}")
-
-
 @then(parsers.parse('it serves its partitions of store "{store}", restored from the changelog'))
 def serves_restored(cluster_state: ClusterState, scenario_state: ScenarioState, store: str) -> None:
     """Once the restarted instance owns a partition of each topic on every map, it
@@ -241,57 +162,6 @@ def wait_owner_of_some(member: InstanceProcess, members: list[InstanceProcess]) 
 
     wait_until(owns_some, lambda: f"map: {cluster_view(member)}")
     wait_cluster_stable(members, standbys=False, timeout=WAIT)
-
-
-@then("each partition of the killed instance went to an instance that kept a standby copy of it")
-def failed_over_to_standbys(cluster_state: ClusterState) -> None:
-    """The first assignment planned without the killed instance gives each of its partitions
-    (in the map from just before the kill) to a member that held a standby copy of it. Later
-    generations may move a partition again to balance load, once another copy has caught up."""
-    assert cluster_state.victim, "no instance was killed in this scenario"
-    before = cluster_state.before
-    ids = member_ids(before)
-    victim = ids[cluster_state.victim]
-    survivor = cluster_state.live()[0]
-    failover = wait_until(
-        lambda: next(
-            (
-                a
-                for a in published_assignments(survivor)
-                if a.generation > before["generation"]
-                and all(victim not in owners.values() for owners in a.active.values())
-            ),
-            None,
-        ),
-        lambda: f"no assignment without {victim}: {published_assignments(survivor)}",
-    )
-    checked = 0
-    for topic, partitions in before["partitions"].items():
-        for p, entry in partitions.items():
-            if entry["active"] != cluster_state.victim:
-                continue
-            standbys = [ids[s["url"]] for s in entry["standbys"]]
-            new_owner = failover.owner(topic, int(p))
-            assert new_owner in standbys, (
-                f"{topic}/{p} went to {new_owner} in generation {failover.generation}, "
-                f"standbys {standbys}"
-            )
-            checked += 1
-    assert checked, f"the killed instance owned nothing: {before}"
-
-
-def published_assignments(instance: InstanceProcess) -> list[Assignment]:
-    """Every valid assignment published on the cluster topic of ``instance``'s service, oldest
-    first (invalid records, which the instances ignore too, are left out)."""
-    _, settings = service_of(instance)
-    found = []
-    for batch in read_to_end(instance.bootstrap, settings.cluster_topic, 1):
-        for message in batch:
-            if message.key() != ASSIGNMENT_KEY:
-                continue
-            with contextlib.suppress(InvalidRecord):
-                found.append(parse_assignment(message.value()))
-    return found
 
 
 @then("the new instance takes over partitions once its standby copies have caught up")

@@ -12,4 +12,5 @@ from __future__ import annotations
 pytest_plugins = [  # a module before those that import it, so that pytest rewrites its asserts
     "foldstream.testing.cluster_steps",
     "foldstream.testing.cluster_checks",
+    "foldstream.testing.failover_checks",
 ]

@@ -1,11 +1,13 @@
 """Cluster sentences of the step library: routing, standby reads, failover and restores, on
 several real instances of one service sharing its partitions.
 
-Loaded by :mod:`foldstream.testing.plugin` beside :mod:`foldstream.testing.steps`; its ``Then``
-sentences are in :mod:`foldstream.testing.cluster_checks`. A cluster
-scenario starts with a ``Given a cluster of ...`` step (the cluster is started once per module;
-members a scenario killed are started again by the next one); the sentences of ``steps`` then
-talk to its instance 1, and any instance forwards to the owner with a 307 they follow::
+Loaded by :mod:`foldstream.testing.cluster_plugin` beside :mod:`foldstream.testing.steps`; its
+``Then`` sentences are in :mod:`foldstream.testing.cluster_checks` and
+:mod:`foldstream.testing.failover_checks`, its query load in :mod:`foldstream.testing.query_load`.
+A cluster scenario starts with a ``Given a cluster of ...`` step (the cluster is started once
+per module; members a scenario killed are started again by the next one); the sentences of
+``steps`` then talk to its instance 1, and any instance forwards to the owner with a 307 they
+follow::
 
     Given a cluster of 3 instances of the service
     Given a cluster of 3 instances of the service "foldstream.examples.storefront:service"
@@ -42,7 +44,6 @@ import json
 import shutil
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,7 @@ from foldstream.kafka import partition_for
 from foldstream.process import InstanceProcess, http
 from foldstream.projections.reference import fold_topic
 from foldstream.testing.plugin import InstancePool
+from foldstream.testing.query_load import QueryLoad
 from foldstream.testing.steps import (
     NAME,
     REQUEST_ERRORS,
@@ -83,87 +85,6 @@ class Store:
 
     def path(self, key: str) -> str:
         return f"/stores/{self.name}/keys/{key}"
-
-
-class QueryLoad:
-    """Threads querying every key of a store on every instance, round after round, without
-    following redirects to instances known dead; they count the statuses seen (or the error's
-    name) and note every wrong answer."""
-
-    def __init__(self, members: list[InstanceProcess], store: Store, expected: dict[str, Any]):
-        self.store = store
-        self.expected = expected
-        self.dead: frozenset[str] = frozenset()  # may fail; not redirected to (see mark_dead)
-        self.statuses: Counter[int | str] = Counter()
-        self.by_partition: dict[int, Counter[int | str]] = {}
-        self.wrong: list[str] = []
-        # The first answers of each status other than 200/307, to say why a scenario failed.
-        self.samples: dict[int | str, list[str]] = {}
-        self._started = time.monotonic()
-        self.rounds = {m.url: 0 for m in members}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(m.url,), name="query-load", daemon=True)
-            for m in members
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def mark_dead(self, url: str) -> None:
-        """From now on requests to ``url`` may fail, and redirects to it are not followed."""
-        self.dead = self.dead | {url}  # a new set: the threads iterate over the old one
-
-    def _to_dead(self, url: str) -> bool:
-        return any(url.startswith(dead) for dead in self.dead)
-
-    def _query(self, base: str, key: str) -> int | str | None:
-        url = base + self.store.path(key)
-        try:
-            status, body = http("GET", url, follow_redirects=False, timeout=10)
-            if status == 307 and not self._to_dead(body["location"]):
-                url = body["location"]
-                status, body = http("GET", url, follow_redirects=False, timeout=10)
-        except REQUEST_ERRORS as exc:
-            if self._to_dead(url):
-                return None
-            self._sample(type(exc).__name__, f"{url}: {exc!r}")
-            return type(exc).__name__
-        if status not in (200, 307):
-            self._sample(status, f"{url}: {body}")
-        if status == 200 and (
-            body["value"] != self.expected[key] or body["served_by"]["role"] != "active"
-        ):
-            with self._lock:
-                self.wrong.append(f"{key} from {url}: {body}")
-        return status
-
-    def _sample(self, status: int | str, what: str) -> None:
-        with self._lock:
-            seen = self.samples.setdefault(status, [])
-            if len(seen) < 5:
-                seen.append(f"{time.monotonic() - self._started:.2f}s {what}")
-
-    def _run(self, base: str) -> None:
-        try:
-            while not self._stop.is_set() and not self._to_dead(base):
-                for key in self.expected:
-                    seen = self._query(base, key)
-                    if seen is not None:
-                        partition = self.store.partition(key)
-                        with self._lock:
-                            self.statuses[seen] += 1
-                            self.by_partition.setdefault(partition, Counter())[seen] += 1
-                with self._lock:
-                    self.rounds[base] += 1
-        except Exception as exc:  # noqa: BLE001 - a load that stops must fail the scenario
-            with self._lock:
-                self.wrong.append(f"querying {base} failed: {exc!r}")
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
 
 
 @dataclass

@@ -8,8 +8,8 @@ Load it from the project's root ``conftest.py`` and name the service under test:
     def foldstream_service() -> str:
         return "my_service.query_api:service"
 
-It loads the step library (:mod:`foldstream.testing.steps`; for ``GET /metrics``
-:mod:`foldstream.testing.metrics_steps`; for poison records
+It loads the step library (:mod:`foldstream.testing.steps` and the modules by theme it lists;
+for ``GET /metrics`` :mod:`foldstream.testing.metrics_steps`; for poison records
 :mod:`foldstream.testing.poison_steps` and :mod:`foldstream.testing.replay_steps`; for ordered
 and windowed stores :mod:`foldstream.testing.ordered_steps`; for re-keyed, chained and joined
 stores :mod:`foldstream.testing.graph_steps`) as well, so feature files can use its sentences
@@ -34,6 +34,11 @@ pytest.register_assert_rewrite(
 )
 
 pytest_plugins = [  # a module before those that import it, so that pytest rewrites its asserts
+    "foldstream.testing.scenario",
+    "foldstream.testing.instance_steps",
+    "foldstream.testing.command_steps",
+    "foldstream.testing.topic_steps",
+    "foldstream.testing.store_steps",
     "foldstream.testing.steps",
     "foldstream.testing.poison_steps",
     "foldstream.testing.replay_steps",

@@ -1,0 +1,42 @@
+"""What a command comes to: the events an accepted command appended (:class:`CommandResult`),
+or one of the rejections the command handler raises itself (:class:`UnknownCommand`,
+:class:`VersionConflict`; the others are the domain's and :mod:`foldstream.errors`'). The
+command routes (:mod:`.http`) map each to its answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from foldstream.errors import FoldstreamError
+
+
+class UnknownCommand(FoldstreamError):
+    """The aggregate or command named in a request does not exist (HTTP 404).
+
+    Remedy: check the names against the service's aggregates and their ``@command`` methods.
+    """
+
+
+class VersionConflict(FoldstreamError):
+    """The aggregate is not at the version the command expected (HTTP 409); nothing was appended.
+
+    Versions are eventsourcing's: an aggregate's version is its last event's
+    ``originator_version``; the first event is version 1, so an id without events is at 0.
+    Remedy (client): read the aggregate again, decide again, resend with ``current_version``.
+    """
+
+    def __init__(self, aggregate_id: str, expected: int, current: int) -> None:
+        super().__init__(f"{aggregate_id!r} is at version {current}, not {expected}")
+        self.aggregate_id = aggregate_id
+        self.expected = expected
+        self.current = current
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The events a command appended and where the last one landed."""
+
+    events: list[dict[str, Any]]
+    partition: int
+    offset: int
