@@ -56,8 +56,6 @@ def _check_wanted(partitions: Iterable[int], still_wanted: Callable[[int], bool]
         raise ReplayCancelled(f"partitions {dropped} were given up during their replay")
 
 
-_ENVELOPE = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})
-
 ReleaseCallback = Callable[[int, FoldstreamError], None]
 
 
@@ -335,19 +333,7 @@ class CommandHandler:
         writer = self._writer(partition)
         aggregates = writer.aggregates
         current = aggregates.get(aggregate_id)  # a snapshot read on a cache miss
-        if current is not None and not isinstance(current, cls):
-            raise UnknownCommand(
-                f"{aggregate_id!r} is a {type(current).__name__}, not a {cls.__name__}"
-            )
-        if expected_version is not None and expected_version != version_of(current):
-            raise VersionConflict(aggregate_id, expected_version, version_of(current))
-        target = current if current is not None else cls(id=aggregate_id)  # type: ignore[call-arg]
-        # Commands run on a copy, so a rejected command leaves no trace in memory either.
-        working = working_copy(target) if current is not None else target
-        getattr(working, command)(**kwargs)
-        events = list(working.collect_events())
-        if not events:
-            raise DomainRuleViolation(f"{command} changed nothing")
+        working, events = run_on_copy(cls, aggregate_id, current, expected_version, command, kwargs)
         records = [self._codec.encode(e) for e in events]
         self._committer.check(records)
         snapshot = aggregates.snapshot_of(working)  # refused here if it cannot be stored
@@ -356,15 +342,30 @@ class CommandHandler:
         generation = aggregates.stage(aggregate_id, working)
         staged = None if snapshot is None else (aggregate_id, (generation, snapshot))
         offset = await self._committer.append(writer, records, staged)
-        return CommandResult(
-            events=[
-                {
-                    "type": type(e).__qualname__,
-                    "version": e.originator_version,
-                    **{k: v for k, v in vars(e).items() if k not in _ENVELOPE},
-                }
-                for e in events
-            ],
-            partition=partition,
-            offset=offset,
+        return CommandResult.of(events, partition, offset)
+
+
+def run_on_copy(
+    cls: type[Aggregate],
+    aggregate_id: str,
+    current: Aggregate | None,
+    expected_version: int | None,
+    command: str,
+    kwargs: dict[str, Any],
+) -> tuple[Aggregate, list[Any]]:
+    """Run ``command`` on a copy of ``current`` (a new ``cls`` when None), at
+    ``expected_version`` when given: the copy and its new events. The copy is what a
+    rejected command leaves its changes in, so none reach memory."""
+    if current is not None and not isinstance(current, cls):
+        raise UnknownCommand(
+            f"{aggregate_id!r} is a {type(current).__name__}, not a {cls.__name__}"
         )
+    if expected_version is not None and expected_version != version_of(current):
+        raise VersionConflict(aggregate_id, expected_version, version_of(current))
+    target = current if current is not None else cls(id=aggregate_id)  # type: ignore[call-arg]
+    working = working_copy(target) if current is not None else target
+    getattr(working, command)(**kwargs)
+    events = list(working.collect_events())
+    if not events:
+        raise DomainRuleViolation(f"{command} changed nothing")
+    return working, events

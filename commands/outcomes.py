@@ -10,6 +10,9 @@ from typing import Any
 
 from foldstream.errors import FoldstreamError
 
+#: Fields every event has: the answer gives them as ``type`` and ``version`` or not at all.
+_ENVELOPE = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})
+
 
 class UnknownCommand(FoldstreamError):
     """The aggregate or command named in a request does not exist (HTTP 404).
@@ -40,3 +43,16 @@ class CommandResult:
     events: list[dict[str, Any]]
     partition: int
     offset: int
+
+    @classmethod
+    def of(cls, events: list[Any], partition: int, offset: int) -> CommandResult:
+        """The result of domain ``events``, each listed by type, version and its own fields."""
+        described = [
+            {
+                "type": type(e).__qualname__,
+                "version": e.originator_version,
+                **{k: v for k, v in vars(e).items() if k not in _ENVELOPE},
+            }
+            for e in events
+        ]
+        return cls(events=described, partition=partition, offset=offset)

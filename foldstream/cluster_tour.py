@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import tenacity
 from rich.console import Console
 from rich.table import Table
 
@@ -66,13 +67,7 @@ def tour(
 
     standby_urls = [s["url"] for s in owners["standbys"]]
     if standby_urls:
-        deadline = time.monotonic() + 10  # the standby applies the changelog's last batches
-        while True:
-            status, body = http("GET", f"{standby_urls[0]}{path}?max_lag=0")
-            served = body.get("served_by", {}) if isinstance(body, dict) else {}
-            if served.get("role") == "standby" or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        status, served = _standby_read(f"{standby_urls[0]}{path}?max_lag=0")
         ok &= status == 200 and served.get("role") == "standby"
         table.add_row(
             "standby read (?max_lag=0)", f"{standby_urls[0]} → {status}, served by {served}"
@@ -97,3 +92,20 @@ def tour(
     table.add_row("new owner", f"{key} → {now.get('active')}")
     console.print(table)
     return ok
+
+
+def _standby_read(url: str) -> tuple[int, dict[str, Any]]:
+    """The status and ``served_by`` of ``url``, asked again for up to 10 s until a standby
+    answers: the standby applies the changelog's last batches first."""
+
+    def read() -> tuple[int, dict[str, Any]]:
+        status, body = http("GET", url)
+        return status, body.get("served_by", {}) if isinstance(body, dict) else {}
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda answer: answer[1].get("role") != "standby"),
+        stop=tenacity.stop_after_delay(10),
+        wait=tenacity.wait_fixed(0.05),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else (0, {}),
+    )
+    return retrying(read)
