@@ -39,7 +39,7 @@ Feature: Ordered stores: a customer's bookings between two times
     When a "java" producer writes 130 bookings of customer "pager-1" to "railway.bookings"
     Then reading the range of "pager-1" in store "bookings" 40 at a time gives each entry once, in order
     And the range of "pager-1" in store "bookings" refuses its own cursor sent with from "2100-01-01T00:00:00Z"
-    And foldstream's client reads the same entries of "pager-1" in store "bookings", 40 at a time from a datetime
+    And foldstream's client reads the entries of "pager-1" in store "bookings" from noon, 40 at a time
 
   Scenario: A tombstone deletes every booking of its customer
     When a "java" producer writes these records to "railway.bookings":

@@ -36,7 +36,7 @@ from foldstream.http_input import InputLimits
 from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
-from foldstream.openapi import openapi_document
+from foldstream.openapi import openapi_document, store_reads
 from foldstream.preflight import prepare, store_layouts
 from foldstream.projections.graph import is_hidden
 from foldstream.projections.runner import ProjectionRunner, query_name
@@ -109,7 +109,7 @@ class Instance:
             title=service.name,
             version=foldstream_version(),
             commands=command_arguments(service.aggregates),
-            stores={p.store: p.kind for p in service.projections if not is_hidden(p)},
+            stores={p.store: store_reads(p) for p in service.projections if not is_hidden(p)},
             limits=limits,
             commands_secured=bool(authentication),
             queries_secured=any(auth.protects_queries(m) for m in authentication),

@@ -10,7 +10,7 @@ answers' schemas are those of :mod:`foldstream.api_models`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
@@ -18,9 +18,35 @@ from pydantic.json_schema import JsonSchemaMode
 from foldstream import api_models as models
 from foldstream.commands.arguments import CommandArguments
 from foldstream.http_input import InputLimits
+from foldstream.projections.ordered import OrderedProjection
+from foldstream.projections.projection import Projection
 from foldstream.query_api.range_answers import DEFAULT_LIMIT, MAX_LIMIT
 
 REF = "#/components/schemas/{model}"
+
+
+class StoreReads(NamedTuple):
+    """What a store answers: its ``kind`` (point, ordered or windowed) and, for an ordered or
+    windowed store, the type of its sort keys (``time``, ``int`` or ``string``)."""
+
+    kind: str = "point"
+    sort_key: str | None = None
+
+
+def store_reads(projection: Projection) -> StoreReads:
+    """What ``projection``'s store answers (a windowed store's windows start at times)."""
+    if isinstance(projection, OrderedProjection):
+        return StoreReads(projection.kind, projection.sort_key)
+    return StoreReads(projection.kind, "time" if projection.kind == "windowed" else None)
+
+
+#: How a range's ``from`` and ``to`` are given, by the sort keys' type.
+_BOUNDS = {
+    "time": "an ISO-8601 time (a '+' in its offset sent as %2B; no offset: UTC) or epoch "
+    "milliseconds",
+    "int": "an integer",
+    "string": "a string",
+}
 ANSWER_MODELS: tuple[type[BaseModel], ...] = (
     models.ErrorAnswer,
     models.VersionConflictAnswer,
@@ -61,13 +87,13 @@ def openapi_document(
     title: str,
     version: str,
     commands: Mapping[str, Mapping[str, CommandArguments]],
-    stores: Mapping[str, str],
+    stores: Mapping[str, StoreReads],
     limits: InputLimits,
     commands_secured: bool,
     queries_secured: bool,
 ) -> dict[str, Any]:
     """The OpenAPI document of a service named ``title``: its ``commands`` (``{aggregate:
-    {command: arguments}}``) and ``stores`` (``{store: kind}``). ``*_secured``: whether those
+    {command: arguments}}``) and ``stores`` (what each answers). ``*_secured``: whether those
     paths need a bearer token (:mod:`foldstream.auth`)."""
     inputs: list[tuple[str, JsonSchemaMode, TypeAdapter[Any]]]
     inputs = [(m.__name__, "serialization", TypeAdapter(m)) for m in ANSWER_MODELS]
@@ -85,8 +111,8 @@ def openapi_document(
     for by_name in commands.values():
         for spec in by_name.values():
             paths[_command_path(spec)] = {"post": _command_operation(spec, command_security)}
-    for store, kind in stores.items():
-        paths.update(_store_paths(store, kind, limits, query_security))
+    for store, reads in stores.items():
+        paths.update(_store_paths(store, reads, limits, query_security))
     paths.update(_instance_paths(query_security))
     document: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -163,9 +189,9 @@ def _command_operation(spec: CommandArguments, security: list[Any] | None) -> di
 
 
 def _store_paths(
-    store: str, kind: str, limits: InputLimits, security: list[Any] | None
+    store: str, reads: StoreReads, limits: InputLimits, security: list[Any] | None
 ) -> dict[str, Any]:
-    """The paths of ``store``: the reads of its ``kind``, and its owners."""
+    """The paths of ``store``: the reads of its kind, and its owners."""
     tag = [f"store: {store}"]
     owners = {
         "operationId": f"{store}.owners",
@@ -174,8 +200,11 @@ def _store_paths(
         "parameters": [_key_param(limits)],
         "responses": {"200": _json(_ref("OwnersAnswer"), "the partition and its copies")},
     }
-    reads = _range_paths(store, kind, limits) if kind != "point" else _lookup_paths(store, limits)
-    paths = {**reads, f"/stores/{store}/owners/{{key}}": {"get": owners}}
+    if reads.kind == "point":
+        paths = _lookup_paths(store, limits)
+    else:
+        paths = _range_paths(store, reads, limits)
+    paths[f"/stores/{store}/owners/{{key}}"] = {"get": owners}
     for methods in paths.values():
         for operation in methods.values():
             operation["tags"] = tag
@@ -197,6 +226,14 @@ def _query_param(name: str, description: str, schema: dict[str, Any]) -> dict[st
     return {"name": name, "in": "query", "description": description, "schema": schema}
 
 
+def _bound_schema(sort_key: str | None) -> dict[str, Any]:
+    if sort_key == "int":
+        return {"type": "integer"}
+    if sort_key == "time":
+        return {"oneOf": [{"type": "string", "format": "date-time"}, {"type": "integer"}]}
+    return {"type": "string"}
+
+
 _MAX_LAG = _query_param(
     "max_lag",
     "a standby copy at most this many records behind may answer",
@@ -210,13 +247,13 @@ _CONSISTENT_WITH = _query_param(
 )
 
 
-def _read_responses(answer: str, description: str) -> dict[str, Any]:
-    """The answers of a read routed to a key's owner."""
+def _read_responses(answer: str, description: str, missing: dict[str, Any]) -> dict[str, Any]:
+    """The answers of a read routed to a key's owner (``missing``: its 404)."""
     return {
         "200": _json(_ref(answer), description),
         "307": _REDIRECT,
-        "400": _error("bad key or parameter (or a read this store's kind does not answer)"),
-        "404": _json(_ref("MissingKeyAnswer"), "no such key (or store)"),
+        "400": _error("bad key or parameter"),
+        "404": missing,
         "414": _error("URL too long"),
         "503": _UNAVAILABLE,
     }
@@ -228,7 +265,11 @@ def _lookup_paths(store: str, limits: InputLimits) -> dict[str, Any]:
         "operationId": f"{store}.lookup",
         "summary": f"The value of a key in {store}",
         "parameters": [_key_param(limits), _MAX_LAG, _CONSISTENT_WITH],
-        "responses": _read_responses("LookupAnswer", "the value and who served it"),
+        "responses": _read_responses(
+            "LookupAnswer",
+            "the value and who served it",
+            _json(_ref("MissingKeyAnswer"), "no such key (or store)"),
+        ),
     }
     keys = {"type": "array", "items": {"type": "string"}, "maxItems": limits.max_batch_keys}
     batch = {
@@ -249,31 +290,38 @@ def _lookup_paths(store: str, limits: InputLimits) -> dict[str, Any]:
     }
 
 
-def _range_paths(store: str, kind: str, limits: InputLimits) -> dict[str, Any]:
+def _range_paths(store: str, reads: StoreReads, limits: InputLimits) -> dict[str, Any]:
     """An ordered store's range read, or a windowed store's windows read."""
-    windows = kind == "windowed"
+    windows = reads.kind == "windowed"
+    name = "windows" if windows else "range"
     what = "windows whose start is" if windows else "entries whose sort key is"
-    bound = "an ISO-8601 time or epoch milliseconds" + ("" if windows else ", an integer or text")
-    page = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
+    bound = _BOUNDS.get(reads.sort_key or "time", "a string")
+    page = {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_LIMIT,
+        "default": MAX_LIMIT if windows else DEFAULT_LIMIT,
+    }
+    cursor = {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}
     read = {
-        "operationId": f"{store}.{'windows' if windows else 'range'}",
+        "operationId": f"{store}.{name}",
         "summary": f"A key's {what} in [from, to) in {store}",
         "parameters": [
             _key_param(limits),
-            _query_param("from", f"inclusive: {bound}", {"type": "string"}),
-            _query_param("to", f"exclusive: {bound}", {"type": "string"}),
-            _query_param(
-                "limit", f"page size (default {MAX_LIMIT if windows else DEFAULT_LIMIT})", page
-            ),
-            _query_param("after", "the previous page's next", {"type": "string"}),
+            _query_param("from", f"inclusive: {bound}", _bound_schema(reads.sort_key)),
+            _query_param("to", f"exclusive: {bound}", _bound_schema(reads.sort_key)),
+            _query_param("limit", "entries a page holds at most", page),
+            _query_param("after", "the previous page's next, with the same from and to", cursor),
             _MAX_LAG,
             _CONSISTENT_WITH,
         ],
         "responses": _read_responses(
-            "WindowsAnswer" if windows else "RangeAnswer", f"a page of the key's {what[:-3]}"
+            "WindowsAnswer" if windows else "RangeAnswer",
+            f"a page of the key's {name if windows else 'entries'} (a key without any: empty)",
+            _error("no such store"),
         ),
     }
-    return {f"/stores/{store}/keys/{{key}}/{'windows' if windows else 'range'}": {"get": read}}
+    return {f"/stores/{store}/keys/{{key}}/{name}": {"get": read}}
 
 
 def _instance_paths(security: list[Any] | None) -> dict[str, Any]:

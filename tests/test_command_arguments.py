@@ -20,7 +20,7 @@ from foldstream.domain import Aggregate, command
 from foldstream.errors import ConfigurationError
 from foldstream.examples.inventory import service as inventory
 from foldstream.http_input import InputLimits
-from foldstream.openapi import openapi_document
+from foldstream.openapi import StoreReads, openapi_document
 
 
 class Colour(enum.Enum):
@@ -157,7 +157,13 @@ def document(**secured: bool) -> dict[str, Any]:
         title="orders",
         version="1",
         commands={**command_arguments(inventory.aggregates), "order": ORDER},
-        stores={"stock": "point", "orders": "point", "bookings": "ordered", "sales": "windowed"},
+        stores={
+            "stock": StoreReads(),
+            "orders": StoreReads(),
+            "bookings": StoreReads("ordered", "time"),
+            "sales": StoreReads("windowed", "time"),
+            "ranks": StoreReads("ordered", "int"),
+        },
         limits=InputLimits(),
         commands_secured=secured.get("commands", False),
         queries_secured=secured.get("queries", False),
@@ -209,6 +215,16 @@ def test_openapi_document_gives_ordered_and_windowed_stores_their_reads() -> Non
         assert f"/stores/{store}/keys/{{key}}" not in paths
         assert f"/stores/{store}/owners/{{key}}" in paths
     assert "/stores/stock/keys/{key}/range" not in paths
+    # A key without entries answers 200 with none: the only 404 is an unknown store.
+    assert ranges["responses"]["404"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorAnswer"
+    }
+    limit = next(p for p in windows["parameters"] if p["name"] == "limit")
+    assert (limit["schema"]["default"], limit["schema"]["maximum"]) == (1000, 1000)
+    bound = next(p for p in ranges["parameters"] if p["name"] == "from")
+    assert "%2B" in bound["description"]
+    ranks = paths["/stores/ranks/keys/{key}/range"]["get"]["parameters"]
+    assert next(p for p in ranks if p["name"] == "to")["schema"] == {"type": "integer"}
 
 
 def test_openapi_document_says_which_paths_need_a_token() -> None:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from foldstream.commands.arguments import InvalidArguments
-from foldstream.commands.handler import UnknownCommand, VersionConflict
 from foldstream.commands.http import COMMAND_ERRORS, command_error
+from foldstream.commands.outcomes import UnknownCommand, VersionConflict
 from foldstream.domain import DomainRuleViolation
 from foldstream.errors import (
     BrokerUnavailable,

@@ -15,8 +15,8 @@ import json
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypedDict, TypeVar
 from urllib.parse import quote, urlencode, urljoin
 
 import httpx
@@ -28,8 +28,10 @@ from foldstream.api_models import (
     CommandAnswer,
     LookupAnswer,
     OwnersAnswer,
+    RangeAnswer,
     Readiness,
     StoresAnswer,
+    WindowsAnswer,
 )
 from foldstream.client import errors
 from foldstream.client.routing import Router, origin
@@ -119,6 +121,18 @@ def answer(response: httpx.Response, model: type[M]) -> M:
 Bound = datetime | int | str
 
 
+class ReadOptions(TypedDict, total=False):
+    """The keywords of a range or windows read (``start``/``end``: its ``from``/``to``;
+    None: not given)."""
+
+    start: Bound | None
+    end: Bound | None
+    limit: int | None
+    after: str | None
+    max_lag: int | None
+    consistent_with: str | None
+
+
 def read_params(
     *,
     start: Bound | None = None,
@@ -128,7 +142,9 @@ def read_params(
     max_lag: int | None = None,
     consistent_with: str | None = None,
 ) -> dict[str, str]:
-    """The query parameters of a read: ``from``/``to`` from ``start``/``end``, and those given."""
+    """The query parameters of a read: ``from``/``to`` from ``start``/``end``, and those given.
+    Times are sent to the millisecond, rounded up: stored times are whole milliseconds, so
+    the same entries are in ``[start, end)`` either way."""
     given = {
         "from": start,
         "to": end,
@@ -137,12 +153,16 @@ def read_params(
         "max_lag": max_lag,
         "consistent_with": consistent_with,
     }
-    return {name: _param(value) for name, value in given.items() if value is not None}
+    return {name: _param(name, value) for name, value in given.items() if value is not None}
 
 
-def _param(value: Bound) -> str:
+def _param(name: str, value: Bound) -> str:
+    if isinstance(value, bool):  # an int to Python, never a bound or a count a caller meant
+        raise TypeError(f"{name} may not be a bool: {value!r}")
     if isinstance(value, datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        if aware.microsecond % 1000:
+            aware += timedelta(microseconds=1000 - aware.microsecond % 1000)
         return aware.astimezone(UTC).isoformat(timespec="milliseconds")
     return str(int(value)) if isinstance(value, int) else value
 
@@ -231,6 +251,12 @@ class ClientCore:
     ) -> Flow[LookupAnswer]:
         params = read_params(max_lag=max_lag, consistent_with=consistent_with)
         return self.read(store, key, None, params, LookupAnswer)
+
+    def range(self, store: str, key: str, options: ReadOptions) -> Flow[RangeAnswer]:
+        return self.read(store, key, "range", read_params(**options), RangeAnswer)
+
+    def windows(self, store: str, key: str, options: ReadOptions) -> Flow[WindowsAnswer]:
+        return self.read(store, key, "windows", read_params(**options), WindowsAnswer)
 
     def read(
         self, store: str, key: str, kind: str | None, params: dict[str, str], model: type[M]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 from tenacity import Retrying
@@ -21,12 +21,11 @@ from foldstream.api_models import (
 from foldstream.client.flows import (
     Batch,
     BatchLookup,
-    Bound,
     ClientCore,
     Flow,
+    ReadOptions,
     Result,
     Send,
-    read_params,
 )
 from foldstream.client.policy import give_up, retry_policy
 from foldstream.routing import MAX_HOPS
@@ -88,55 +87,17 @@ class FoldstreamClient:
         ``token``, answered only with state that includes that command)."""
         return self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
 
-    def range(
-        self,
-        store: str,
-        key: str,
-        *,
-        start: Bound | None = None,
-        end: Bound | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-        max_lag: int | None = None,
-        consistent_with: str | None = None,
-    ) -> RangeAnswer:
+    def range(self, store: str, key: str, **options: Unpack[ReadOptions]) -> RangeAnswer:
         """A page of ``key``'s entries in ordered store ``store`` whose sort keys are in
         [``start``, ``end``) (either open), in sort key order, at most ``limit``; the answer's
-        ``next``, given as ``after``, reads the next page."""
-        params = read_params(
-            start=start,
-            end=end,
-            limit=limit,
-            after=after,
-            max_lag=max_lag,
-            consistent_with=consistent_with,
-        )
-        return self._run(lambda: self._core.read(store, key, "range", params, RangeAnswer))
+        ``next``, given as ``after``, reads the next page. ``max_lag`` and
+        ``consistent_with`` as in :meth:`lookup`."""
+        return self._run(lambda: self._core.range(store, key, options))
 
-    def windows(
-        self,
-        store: str,
-        key: str,
-        *,
-        start: Bound | None = None,
-        end: Bound | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-        max_lag: int | None = None,
-        consistent_with: str | None = None,
-    ) -> WindowsAnswer:
+    def windows(self, store: str, key: str, **options: Unpack[ReadOptions]) -> WindowsAnswer:
         """A page of ``key``'s windows in windowed store ``store`` whose start is in
-        [``start``, ``end``) (either open), oldest first; ``next`` reads on, as in
-        :meth:`range`."""
-        params = read_params(
-            start=start,
-            end=end,
-            limit=limit,
-            after=after,
-            max_lag=max_lag,
-            consistent_with=consistent_with,
-        )
-        return self._run(lambda: self._core.read(store, key, "windows", params, WindowsAnswer))
+        [``start``, ``end``) (either open), oldest first; otherwise as :meth:`range`."""
+        return self._run(lambda: self._core.windows(store, key, options))
 
     def get_many(self, store: str, keys: Sequence[str]) -> Batch:
         """The values of ``keys``, asking each owner for its keys (all owners at once)."""
