@@ -78,6 +78,8 @@ class Instance:
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
         self._prepared: dict[str, int] | None = None
+        #: The on-disk format of each store's partitions.
+        self.formats = {p.store: p.table_format for p in service.projections}
         #: Where queries with a consistency token wait for the copies they read.
         self.applied = AppliedOffsets()
         self.metrics = InstanceMetrics(
@@ -180,8 +182,11 @@ class Instance:
             host = self._open_host(stack)  # closed after the queries stopped: no task writes
             self.handler, commands = self._open_commands(stack, host)
             runner = await self._open_projections(stack, host, layout)
-            local, node = await self._open_cluster(stack, host, runner, commands, layout)
-            readers = StoreReaders(self._store_info(layout), local, applied=self.applied)
+            store_info = self._store_info(layout)
+            local, node = await self._open_cluster(
+                stack, host, runner, commands, layout, store_info
+            )
+            readers = StoreReaders(store_info, local, applied=self.applied)
             self.readers, self.node = readers, node
             try:
                 yield
@@ -197,9 +202,6 @@ class Instance:
         ):
             return layout
         return {t: n for t, n in layout.items() if t != events}
-
-    def _formats(self) -> dict[str, str]:
-        return {p.store: p.table_format for p in self.service.projections}
 
     def _store_info(self, layout: dict[str, int]) -> dict[str, StoreInfo]:
         """What is queryable (hidden stores are not), with each store's source partitions."""
@@ -218,7 +220,7 @@ class Instance:
             on_poison=self.metrics.observe_poison,
             on_applied=self.applied.applied,
             on_late=self.metrics.observe_late,
-            formats=self._formats(),
+            formats=self.formats,
         )
         host.start()
         stack.callback(host.stop)
@@ -291,9 +293,11 @@ class Instance:
         runner: ProjectionRunner,
         commands: CommandPartitions | None,
         layout: dict[str, int],
+        store_info: dict[str, StoreInfo],
     ) -> tuple[LocalStores, ClusterNode]:
         """The source topics' end trackers, the standby copies, the local copies' reader and
-        the cluster node that gives this member its partitions."""
+        the cluster node that gives this member its partitions (and publishes ``store_info``,
+        the queryable stores, in the cluster map)."""
         settings = self.settings
         stores = store_layouts(self.service, settings)
         ends = {
@@ -321,7 +325,7 @@ class Instance:
             standby_read=replicas.get,
             standby_offset=replicas.applied_offset,
             standby_scan=replicas.scan,
-            formats=self._formats(),
+            formats=self.formats,
         )
         stack.callback(local.close)
         node = ClusterNode(
@@ -329,7 +333,7 @@ class Instance:
             member_id=self.member_id(),
             stores=stores,
             topics=layout,
-            store_info={s: asdict(info) for s, info in self._store_info(layout).items()},
+            store_info={s: asdict(info) for s, info in store_info.items()},
             local=local,
             replicas=replicas,
             projections=runner,

@@ -18,9 +18,9 @@ from pydantic.json_schema import JsonSchemaMode
 from foldstream import api_models as models
 from foldstream.commands.arguments import CommandArguments
 from foldstream.http_input import InputLimits
-from foldstream.projections.ordered import OrderedProjection
 from foldstream.projections.projection import Projection
 from foldstream.query_api.range_answers import DEFAULT_LIMIT, MAX_LIMIT
+from foldstream.query_api.stores import sort_key_of
 
 REF = "#/components/schemas/{model}"
 
@@ -34,10 +34,9 @@ class StoreReads(NamedTuple):
 
 
 def store_reads(projection: Projection) -> StoreReads:
-    """What ``projection``'s store answers (a windowed store's windows start at times)."""
-    if isinstance(projection, OrderedProjection):
-        return StoreReads(projection.kind, projection.sort_key)
-    return StoreReads(projection.kind, "time" if projection.kind == "windowed" else None)
+    """What ``projection``'s store answers, as the query API reads it
+    (:class:`~foldstream.query_api.stores.StoreInfo`)."""
+    return StoreReads(projection.kind, sort_key_of(projection))
 
 
 #: How a range's ``from`` and ``to`` are given, by the sort keys' type.
@@ -295,7 +294,7 @@ def _range_paths(store: str, reads: StoreReads, limits: InputLimits) -> dict[str
     windows = reads.kind == "windowed"
     name = "windows" if windows else "range"
     what = "windows whose start is" if windows else "entries whose sort key is"
-    bound = _BOUNDS.get(reads.sort_key or "time", "a string")
+    bound = _BOUNDS[reads.sort_key or "time"]
     page = {
         "type": "integer",
         "minimum": 1,

@@ -39,22 +39,25 @@ class StoreInfo:
     @classmethod
     def of(cls, projection: Projection, topic: str, partitions: int) -> StoreInfo:
         """The info of ``projection``'s store, whose source ``topic`` has ``partitions``."""
-        info = cls(topic, partitions, projection.partitioner, projection.kind)
-        if isinstance(projection, OrderedProjection):
-            return replace(info, sort_key=projection.sort_key)
+        info = cls(
+            topic, partitions, projection.partitioner, projection.kind, sort_key_of(projection)
+        )
         if isinstance(projection, WindowedAggregate):
-            return replace(
-                info,
-                sort_key="time",
-                window_ms=projection.size_ms,
-                retention_ms=projection.retention_ms,
-            )
+            return replace(info, window_ms=projection.size_ms, retention_ms=projection.retention_ms)
         return info
 
     @property
     def table_format(self) -> str:
         """The on-disk format of the store's partitions."""
         return TABLE_FORMAT if self.kind == "point" else ORDERED_FORMAT
+
+
+def sort_key_of(projection: Projection) -> SortKeyType | None:
+    """The type of the sort keys ``projection``'s store reads by: an ordered store's own, times
+    for a windowed store's windows, none for a point store."""
+    if isinstance(projection, OrderedProjection):
+        return projection.sort_key
+    return "time" if isinstance(projection, WindowedAggregate) else None
 
 
 class StoreReaders:

@@ -45,16 +45,16 @@ class LagMeter:
         lag: dict[str, int] = {}
         active = set(active)
         for store, layout in self.stores.items():
+            topic = layout.source_topic
+            copies = [p for t, p in active if t == topic]
+            if not layout.follows_source:  # nothing to catch up on: no end to ask for
+                lag.update({f"{store}/{p}": 0 for p in copies})
+                continue
             try:
-                ends = self.ends[layout.source_topic].ends(timeout=0.2)
+                ends = self.ends[topic].ends(timeout=0.2)
             except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
                 ends = {}
-            for topic, p in active:
-                if topic != layout.source_topic:
-                    continue
-                if not layout.follows_source:
-                    lag[f"{store}/{p}"] = 0
-                    continue
+            for p in copies:
                 if p not in ends:
                     continue
                 try:
