@@ -5,7 +5,9 @@ run on an embedded broker, printed as a table and written as JSON
 alone, e.g. ``--quick --only ordered``; ``rebuild`` runs the projection rebuild on ``local[2]``
 and on a 2-worker standalone Spark cluster, beside the plain consumer; ``rekey`` the two-stage
 stores' (issue 22: a chained store's freshness beside a single-stage one's, re-key throughput
-beside a plain confluent-kafka pipeline)."""
+beside a plain confluent-kafka pipeline); ``takeover``, ``aggregates``, ``ryw`` and
+``commands_vs_plain`` issue 25's (the command side's takeover, memory with many aggregates,
+read-your-writes, commands beside a minimal appending app)."""
 
 from __future__ import annotations
 
@@ -15,19 +17,32 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
 from rich.console import Console
 
-from bench import cluster, lookups, ordered, rebuild, rekey, spark_standalone
+from bench import (
+    aggregate_memory,
+    cluster,
+    lookups,
+    ordered,
+    plain_commands,
+    read_your_writes,
+    rebuild,
+    rekey,
+    spark_standalone,
+    takeover,
+)
 from bench.inventory import PARTITIONS, inventory_figures
 from bench.load import wrk_binary
 from bench.noop_stream import noop_batch_ms
 from bench.procs import PeakRss, pid_of
 from bench.report import Figure, print_table, write_json
 from bench.run import BenchRun
+from bench.sizes import sizes
 from bench.workload import inventory_events, produce
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka import TopicSpec, ensure_topics, produce_when_room
@@ -42,49 +57,30 @@ GB = 1e9
 ROOT = Path(__file__).resolve().parent.parent
 #: The sections of a run, in order. ``inventory`` compares freshness with the do-nothing
 #: micro-batches ``rebuild`` measures: it runs ``rebuild`` too.
-SECTIONS = ("rebuild", "lookups", "inventory", "cluster", "ordered", "rekey")
-
-
-def _sizes(quick: bool) -> dict[str, Any]:
-    if quick:
-        return dict(
-            events=100_000,
-            keys=20_000,
-            lookup_keys=100_000,
-            seconds=3.0,
-            rounds=1,
-            rate=1000.0,
-            fresh_seconds=8.0,
-            noop_batches=15,
-            command_keys=2_000,
-            cluster_keys=20_000,
-            cluster_lookups=4_000,
-            windowed_events=100_000,
-            windowed_keys=100,
-            range_customers=1_000,
-            range_bookings=120,
-            rekey_probes=40,
-            rekey_events=5_000,
-        )
-    return dict(
-        events=2_000_000,
-        keys=100_000,
-        lookup_keys=1_000_000,
-        seconds=10.0,
-        rounds=2,
-        rate=1000.0,
-        fresh_seconds=30.0,
-        noop_batches=40,
-        command_keys=2_000,
-        cluster_keys=200_000,
-        cluster_lookups=40_000,
-        windowed_events=1_000_000,
-        windowed_keys=500,
-        range_customers=5_000,
-        range_bookings=200,
-        rekey_probes=200,
-        rekey_events=100_000,
-    )
+SECTIONS = (
+    "rebuild",
+    "lookups",
+    "inventory",
+    "cluster",
+    "ordered",
+    "rekey",
+    "takeover",
+    "aggregates",
+    "ryw",
+    "commands_vs_plain",
+)
+#: The sections that run on a broker of their own, each ``(run, bootstrap) -> figures``.
+OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
+    "ordered": ordered.ordered_figures,
+    "rekey": rekey.rekey_figures,
+    "aggregates": aggregate_memory.aggregate_memory_figures,
+    "ryw": read_your_writes.read_your_writes_figures,
+}
+#: The sections that start the brokers they need themselves, each ``(run) -> figures``.
+OWN_BROKERS: dict[str, Callable[[BenchRun], list[Figure]]] = {
+    "takeover": takeover.takeover_figures,
+    "commands_vs_plain": plain_commands.plain_command_figures,
+}
 
 
 def rebuild_figures(
@@ -164,10 +160,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument("--json", type=Path, help="where to write the results")
     parser.add_argument(
-        "--only", nargs="+", choices=SECTIONS, default=SECTIONS, help="run these sections only"
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        default=SECTIONS,
+        metavar="SECTION",
+        help=f"run these sections only: {', '.join(SECTIONS)}",
     )
     args = parser.parse_args()
-    size = _sizes(args.quick)
+    size = sizes(args.quick)
     sections = set(args.only) | ({"rebuild"} if "inventory" in args.only else set())
     console = Console()
     # Spark's Python workers import bench.noop_stream: they need the checkout on their path.
@@ -205,12 +206,11 @@ def main() -> None:
                         rebuild_rate=rebuilt[0].value if rebuilt else None,
                     ),
                 )
-        if "ordered" in sections:
-            with EmbeddedBroker() as broker:
-                figures += ordered.ordered_figures(run, broker.bootstrap)
-        if "rekey" in sections:
-            with EmbeddedBroker() as broker:
-                figures += rekey.rekey_figures(run, broker.bootstrap)
+        for section, figures_of in OWN_BROKER.items():
+            if section in sections:
+                with EmbeddedBroker() as broker:
+                    figures += figures_of(run, broker.bootstrap)
+        figures += [f for s, of in OWN_BROKERS.items() if s in sections for f in of(run)]
     if run.memory:
         figures += _memory_figures(run.memory)
     about = {

@@ -26,7 +26,7 @@ LOW_RATE = 100.0
 
 
 @contextmanager
-def _inventory_instance(
+def inventory_instance(
     run: BenchRun, purpose: str
 ) -> Iterator[tuple[EmbeddedBroker, InstanceProcess, lookups.Target]]:
     """A warm inventory instance on a broker of its own, for one ``purpose``.
@@ -99,7 +99,7 @@ def inventory_figures(run: BenchRun, noop: dict[str, float]) -> list[Figure]:
     """Freshness and command throughput on inventory instances."""
     figures: list[Figure] = []
     for rate in (run.size["rate"], LOW_RATE):
-        with _inventory_instance(run, f"freshness at {rate:,.0f} commands/s") as (
+        with inventory_instance(run, f"freshness at {rate:,.0f} commands/s") as (
             broker,
             instance,
             _,
@@ -107,8 +107,8 @@ def inventory_figures(run: BenchRun, noop: dict[str, float]) -> list[Figure]:
             client, during = _freshness_round(run, broker, instance, rate)
         # The reference on an instance and broker of its own too, from the same history, not
         # beside the projection: the broker's CPU for a tailing consumer (see
-        # _inventory_instance) would be taken from the projection's round on 2 cores.
-        with _inventory_instance(run, f"reference at {rate:,.0f} commands/s") as (
+        # inventory_instance) would be taken from the projection's round on 2 cores.
+        with inventory_instance(run, f"reference at {rate:,.0f} commands/s") as (
             broker,
             instance,
             _,
@@ -121,7 +121,7 @@ def inventory_figures(run: BenchRun, noop: dict[str, float]) -> list[Figure]:
         figures += _freshness_figures(
             client, tail, tailed, noop, during, rate=rate, targeted=rate == run.size["rate"]
         )
-    with _inventory_instance(run, "commands") as (
+    with inventory_instance(run, "commands") as (
         broker,
         instance,
         target,

@@ -8,7 +8,7 @@ event is encoded once with :class:`EventCodec` and reused with each key's own id
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from confluent_kafka import Producer
 
@@ -35,14 +35,17 @@ def _templates() -> tuple[EventRecord, list[EventRecord]]:
     return created, shipments
 
 
-def inventory_events(keys: int, events: int) -> Iterator[EventRecord]:
-    """``events`` records over ``keys`` products, round-robin: every product is created, then
-    receives shipments; product ``n``'s ``v``-th shipment holds ``(n + v) % 9 + 1`` items."""
+def inventory_events(
+    keys: int, events: int, name: Callable[[int], str] = sku
+) -> Iterator[EventRecord]:
+    """``events`` records over ``keys`` products (product ``n``'s id is ``name(n)``),
+    round-robin: every product is created, then receives shipments; product ``n``'s ``v``-th
+    shipment holds ``(n + v) % 9 + 1`` items."""
     created, shipments = _templates()
     for n in range(events):
         key, version = n % keys, n // keys + 1
         template = created if version == 1 else shipments[(key + version) % QUANTITIES]
-        yield _copy(template, sku(key), HEADER_VERSION, str(version).encode())
+        yield _copy(template, name(key), HEADER_VERSION, str(version).encode())
 
 
 def sales_events(keys: int, events: int, days: int = 2) -> Iterator[EventRecord]:
