@@ -6,8 +6,9 @@ One client, one request at a time over a keep-alive connection: each probe sends
 item received by one of :data:`PRODUCTS` products), then either asks ``GET
 /stores/stock/keys/{sku}?consistent_with=TOKEN`` once (again only after a 503) or polls the
 lookup without the token every :data:`POLL_S` until ``on_hand`` shows the command; the two kinds
-alternate. Every answer to a token is checked against the product's stock the client expects:
-one that does not include the command is counted as older than its token.
+alternate. Every command the products get (the warm-up's too) receives one item, so the stock
+that includes a command is its answer's version less one (the first event creates the product):
+an answer to a token that shows less is counted as older than its token.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from bench.commands import COMMAND_PATH, command_load
+from bench.commands import COMMAND_PATH, command_load, version_of
 from bench.freshness import percentile
 from bench.inventory import PARTITIONS
 from bench.lookups import Target, warm_up
@@ -49,19 +50,19 @@ class Probes:
     lost: int = 0  # probes whose value never showed
 
 
-def _command(client: httpx.Client, url: str, key: str) -> str:
-    """Send the command for ``key``; its token."""
+def _command(client: httpx.Client, url: str, key: str) -> tuple[str, int]:
+    """Send the command for ``key``; its token and the stock that includes it."""
     answer = client.post(url + COMMAND_PATH.format(key=key), json={"quantity": 1})
     answer.raise_for_status()
-    return str(answer.json()["token"])
+    return str(answer.json()["token"]), version_of(answer.json()) - 1
 
 
 def _on_hand(answer: httpx.Response) -> int | None:
     return int(answer.json()["value"]["on_hand"]) if answer.status_code == 200 else None
 
 
-def _with_token(client: httpx.Client, url: str, key: str, expected: int, probes: Probes) -> None:
-    token = _command(client, url, key)
+def _with_token(client: httpx.Client, url: str, key: str, probes: Probes) -> None:
+    token, expected = _command(client, url, key)
     acknowledged = time.perf_counter()
     while time.perf_counter() - acknowledged < PROBE_TIMEOUT_S:
         answer = client.get(f"{url}/stores/stock/keys/{key}", params={PARAM: token})
@@ -76,8 +77,8 @@ def _with_token(client: httpx.Client, url: str, key: str, expected: int, probes:
     probes.lost += 1
 
 
-def _polling(client: httpx.Client, url: str, key: str, expected: int, probes: Probes) -> None:
-    _command(client, url, key)
+def _polling(client: httpx.Client, url: str, key: str, probes: Probes) -> None:
+    _, expected = _command(client, url, key)
     acknowledged = time.perf_counter()
     while time.perf_counter() - acknowledged < PROBE_TIMEOUT_S:
         probes.polls += 1
@@ -89,20 +90,13 @@ def _polling(client: httpx.Client, url: str, key: str, expected: int, probes: Pr
     probes.lost += 1
 
 
-def _probe(instance: InstanceProcess, count: int) -> Probes:
-    """``count`` probes, the two ways alternated, on products that exist already."""
+def _probe(url: str, count: int) -> Probes:
+    """``count`` probes, the two ways alternated."""
     probes, rng = Probes(), random.Random(25)
-    stock = {sku(n): 0 for n in range(PRODUCTS)}
     with httpx.Client(timeout=PROBE_TIMEOUT_S) as client:
-        for key in stock:
-            _command(client, instance.url, key)
-            stock[key] += 1
-        instance.wait_ready(timeout=600)
         for n in range(count):
-            key = rng.choice(sorted(stock))
-            stock[key] += 1
             way = _with_token if n % 2 == 0 else _polling
-            way(client, instance.url, key, stock[key], probes)
+            way(client, url, sku(rng.randrange(PRODUCTS)), probes)
     return probes
 
 
@@ -121,9 +115,10 @@ def read_your_writes_figures(run: BenchRun, bootstrap: str) -> list[Figure]:
             "warming the instance up with commands",
             lambda: warm_up(run.wrk, target, command_load(PRODUCTS), run.size["seconds"]),
         )
+        instance.wait_ready(timeout=600)
         probes: Probes = run.step(
             f"{count} probes: command → query with its token, or polling",
-            lambda: _probe(instance, count),
+            lambda: _probe(instance.url, count),
         )
     return _figures(probes)
 
@@ -167,6 +162,7 @@ def _figures(probes: Probes) -> list[Figure]:
             "answers",
             target=("<=", 0),
             absolute=True,
-            note=f"each answer's on_hand checked against the client's count; {counts}",
+            note=f"each answer's on_hand checked against its command's answer (version − 1); "
+            f"{counts}",
         ),
     ]
