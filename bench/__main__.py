@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 from rich.console import Console
@@ -213,7 +213,22 @@ def main() -> None:
         figures += [f for s, of in OWN_BROKERS.items() if s in sections for f in of(run)]
     if run.memory:
         figures += _memory_figures(run.memory)
-    about = {
+    about = _about(started, size, sections, wrk)
+    print_table(
+        console,
+        f"foldstream bench{' --quick' if args.quick else ''}"
+        f"{' --only ' + ' '.join(args.only) if set(args.only) != set(SECTIONS) else ''}"
+        " — ratios are within this run",
+        figures,
+    )
+    console.print(f"written to {write_json(args.json, about, figures)}")
+
+
+def _about(
+    started: float, size: dict[str, Any], sections: set[str], wrk: str | None
+) -> dict[str, Any]:
+    """What the JSON says about the run beside its figures."""
+    return {
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": time.time() - started,
@@ -232,14 +247,6 @@ def main() -> None:
         },
         "load_tool": "wrk" if wrk else "python (aiohttp)",
     }
-    print_table(
-        console,
-        f"foldstream bench{' --quick' if args.quick else ''}"
-        f"{' --only ' + ' '.join(args.only) if set(args.only) != set(SECTIONS) else ''}"
-        " — ratios are within this run",
-        figures,
-    )
-    console.print(f"written to {write_json(args.json, about, figures)}")
 
 
 def _memory_figures(memory: dict[str, PeakRss]) -> list[Figure]:
