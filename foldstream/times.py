@@ -75,3 +75,25 @@ def _datetime_ms(value: datetime) -> int:
 def iso_ms(ms: int) -> str:
     """``ms`` (epoch milliseconds) as ISO-8601 UTC with milliseconds and ``Z``."""
     return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds") + "Z"
+
+
+_DAY_MS = 86_400_000
+#: ``YYYY-MM-DDT`` of the days :func:`iso_ms_bytes` formatted lately, by day since the epoch.
+_DAYS: dict[int, bytes] = {}
+_MAX_DAYS = 4096
+
+
+def iso_ms_bytes(ms: int) -> bytes:
+    """:func:`iso_ms` as ASCII bytes (the same text, and the same error for a time out of
+    range), for pages of times: each day's date is formatted once and the time of day by
+    arithmetic, about twice as fast as a datetime per time."""
+    day, rest = divmod(ms, _DAY_MS)
+    date = _DAYS.get(day)
+    if date is None:
+        if len(_DAYS) >= _MAX_DAYS:
+            _DAYS.clear()
+        date = _DAYS[day] = iso_ms(day * _DAY_MS)[:11].encode("ascii")
+    seconds, milli = divmod(rest, 1000)
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return b"%s%02d:%02d:%02d.%03dZ" % (date, hours, minutes, seconds, milli)

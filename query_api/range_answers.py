@@ -40,7 +40,7 @@ from foldstream.state.ordered_keys import (
     prefix_end,
     split_sort_key,
 )
-from foldstream.times import iso_ms, to_epoch_ms
+from foldstream.times import iso_ms_bytes, to_epoch_ms
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -177,7 +177,7 @@ def entries_body(
 
 # Every entry of a page goes through one of these: the sort key is read in place (8 bytes
 # after the prefix for times, integers and window starts), with no call per entry but the
-# time's formatting.
+# time's formatting (a day's date formatted once per page, not a datetime per entry).
 _FROM_BYTES = int.from_bytes
 _SIGN = 1 << 63
 
@@ -186,7 +186,7 @@ def _windows(page: Entries, cut: int, size: int) -> list[bytes]:
     end = cut + 8
     return [
         b'{"start":"%s","end":"%s","value":%s}'
-        % (iso_ms(start).encode(), iso_ms(start + size).encode(), value)
+        % (iso_ms_bytes(start), iso_ms_bytes(start + size), value)
         for start, value in ((_FROM_BYTES(k[cut:end], "big") - _SIGN, v) for k, v in page)
     ]
 
@@ -196,7 +196,7 @@ def _entries(page: Entries, cut: int, kind: SortKeyType) -> list[bytes]:
     if kind == "time":
         return [
             b'{"sort_key":"%s","value":%s}'
-            % (iso_ms(_FROM_BYTES(k[cut:end], "big") - _SIGN).encode(), v)
+            % (iso_ms_bytes(_FROM_BYTES(k[cut:end], "big") - _SIGN), v)
             for k, v in page
         ]
     if kind == "int":

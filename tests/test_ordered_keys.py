@@ -22,7 +22,7 @@ from foldstream.state.ordered_keys import (
     window_key,
     window_of_expiry,
 )
-from foldstream.times import MAX_MS, MIN_MS, iso_ms, to_epoch_ms
+from foldstream.times import MAX_MS, MIN_MS, iso_ms, iso_ms_bytes, to_epoch_ms
 
 int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 offsets = st.integers(min_value=0, max_value=2**63 - 1)
@@ -84,6 +84,22 @@ def test_times_in_and_out() -> None:
     for bad in ("yesterday", "2026-13-01", "", MAX_MS + 1, True, 1.5, "9" * 70):
         with pytest.raises(ValueError):
             to_epoch_ms(bad)  # type: ignore[arg-type]
+
+
+@given(st.integers(min_value=MIN_MS, max_value=MAX_MS))
+def test_times_formatted_by_day_are_the_same_text(ms: int) -> None:
+    assert iso_ms_bytes(ms) == iso_ms(ms).encode()
+    assert iso_ms_bytes(ms) == iso_ms(ms).encode()  # the day's date from the cache this time
+
+
+def test_times_formatted_by_day_at_the_edges_and_out_of_range() -> None:
+    for ms in (0, -1, 1, 86_399_999, 86_400_000, -86_400_000, MIN_MS, MAX_MS, 1777630500123):
+        assert iso_ms_bytes(ms) == iso_ms(ms).encode()
+    for bad in (MIN_MS - 1, MAX_MS + 86_400_000):
+        with pytest.raises(OverflowError):
+            iso_ms(bad)
+        with pytest.raises(OverflowError):
+            iso_ms_bytes(bad)
 
 
 def test_no_key_follows_a_prefix_of_ff_bytes_only() -> None:
