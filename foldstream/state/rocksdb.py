@@ -14,7 +14,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any, cast
@@ -103,8 +103,11 @@ class _RocksDBPartition(PartitionReader):
         bounds = ReadOptions()
         bounds.set_iterate_upper_bound(end)
         # rocksdict's items() steps the iterator in Rust: a call per entry instead of the four
-        # of key(), value(), next() and valid().
-        return list(islice(self._db.items(from_key=start, read_opt=bounds), limit))
+        # of key(), value(), next() and valid() (its stub types the items as scalars).
+        items = cast(
+            "Iterator[tuple[bytes, bytes]]", self._db.items(from_key=start, read_opt=bounds)
+        )
+        return list(islice(items, limit))
 
     def applied_offset(self) -> int | None:
         raw = self._meta.get(_OFFSET)
