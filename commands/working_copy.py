@@ -81,7 +81,7 @@ def working_copy(aggregate: A) -> A:
     if state is None or not _copies_by_dict(cls):
         return copy.deepcopy(aggregate)
     # What copy.copy does for such an object, without its generic reduce/reconstruct steps.
-    copied = cls.__new__(cls)
+    copied: Any = cls.__new__(cls)  # type: ignore[call-overload]
     vars(copied).update(state)
     memo: dict[int, Any] = {id(aggregate): copied}
     fresh = vars(copied)

@@ -187,11 +187,11 @@ def test_an_accepted_commands_answer_is_the_json_response_of_its_fields(
     (non-ASCII text as UTF-8, compact separators) and the same content type."""
     plain, _ = served
     status, headers, body = plain.send_raw(
-        "/commands/notebook/n-1/write", {"text": "café ✓ \u2028 \"quoted\""}
+        "/commands/notebook/n-1/write", {"text": 'café ✓ \u2028 "quoted"'}
     )
     assert status == 200, body
     fields = json.loads(body)
-    assert [e["text"] for e in fields["events"] if "text" in e] == ["café ✓ \u2028 \"quoted\""]
+    assert [e["text"] for e in fields["events"] if "text" in e] == ['café ✓ \u2028 "quoted"']
     assert body == JSONResponse(fields).body
     assert headers["content-type"] == "application/json"
     assert int(headers["content-length"]) == len(body)
