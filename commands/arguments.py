@@ -27,6 +27,8 @@ from foldstream.errors import ConfigurationError, FoldstreamError
 
 _TYPED_DICT: Any = TypedDict  # called with a name and fields known only at run time
 _KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+#: json.dumps(arguments, allow_nan=False), by one encoder (json.dumps makes one per call).
+_ARGUMENTS_JSON = json.JSONEncoder(allow_nan=False)
 
 
 class InvalidArguments(FoldstreamError):
@@ -56,7 +58,7 @@ class CommandArguments:
                 "the request body must be a JSON object of the command's arguments"
             )
         try:
-            text = json.dumps(arguments, allow_nan=False)
+            text = _ARGUMENTS_JSON.encode(arguments)
         except (TypeError, ValueError) as exc:
             raise InvalidArguments(f"the arguments are not JSON: {exc}") from None
         try:

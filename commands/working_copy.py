@@ -11,6 +11,7 @@ may share, so only the mutable values are copied deeply.
 from __future__ import annotations
 
 import copy
+import copyreg
 import datetime
 import decimal
 import functools
@@ -47,12 +48,19 @@ def _immutable(value: Any) -> bool:
     return False
 
 
+#: Methods by which a class copies or pickles itself its own way.
+_HOOKS = (
+    "__deepcopy__", "__copy__", "__setstate__", "__getnewargs_ex__", "__getnewargs__",
+)  # fmt: skip
+
+
 @functools.cache
 def _copies_by_dict(cls: type) -> bool:
     """Whether ``__dict__`` is the whole state of ``cls``'s instances, copied the default way."""
     slots = any(getattr(c, "__slots__", ()) for c in cls.__mro__ if "__slots__" in vars(c))
     custom = (
-        any(hasattr(cls, name) for name in ("__deepcopy__", "__copy__", "__setstate__"))
+        any(hasattr(cls, name) for name in _HOOKS)
+        or cls in copyreg.dispatch_table
         or cls.__getstate__ is not object.__getstate__  # type: ignore[comparison-overlap]
         or cls.__reduce_ex__ is not object.__reduce_ex__
         or cls.__reduce__ is not object.__reduce__
@@ -72,7 +80,9 @@ def working_copy(aggregate: A) -> A:
     cls: type = type(aggregate)
     if state is None or not _copies_by_dict(cls):
         return copy.deepcopy(aggregate)
-    copied = copy.copy(aggregate)
+    # What copy.copy does for such an object, without its generic reduce/reconstruct steps.
+    copied: Any = cls.__new__(cls)  # type: ignore[call-overload]
+    vars(copied).update(state)
     memo: dict[int, Any] = {id(aggregate): copied}
     fresh = vars(copied)
     for name, value in state.items():

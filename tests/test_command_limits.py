@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 
 from foldstream import kafka_client
 from foldstream.broker import EmbeddedBroker
@@ -36,6 +37,13 @@ class Served:
         self, path: str, body: bytes | Any = None, headers: dict[str, str] | None = None
     ) -> tuple[int, dict[str, str], Any]:
         """POST ``body`` (bytes as they are, an iterable of bytes chunked, else JSON)."""
+        status, headers, payload = self.send_raw(path, body, headers)
+        return status, headers, json.loads(payload or b"null")
+
+    def send_raw(
+        self, path: str, body: bytes | Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """:meth:`send`, answering the body's bytes as they came."""
         address = urllib.parse.urlsplit(self.url)
         connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
         chunked = body is not None and not isinstance(body, bytes | dict)
@@ -46,7 +54,7 @@ class Served:
             payload = response.read()
         finally:
             connection.close()
-        return response.status, dict(response.getheaders()), json.loads(payload or b"null")
+        return response.status, dict(response.getheaders()), payload
 
     def appended(self) -> int:
         return sum(len(events_in(self.broker, self.handler.topic, p)) for p in range(PARTITIONS))
@@ -170,6 +178,23 @@ def test_a_hostile_command_is_4xx_appends_nothing_and_harms_nothing(
         key = key_in(plain.handler, partition, "after-")
         got, _, answer = plain.send(f"/commands/product/{key}/receive_shipment", {"quantity": 1})
         assert got == 200, answer
+
+
+def test_an_accepted_commands_answer_is_the_json_response_of_its_fields(
+    served: tuple[Served, Served],
+) -> None:
+    """The 200 is rendered as Starlette's JSONResponse renders the same fields: the same bytes
+    (non-ASCII text as UTF-8, compact separators) and the same content type."""
+    plain, _ = served
+    status, headers, body = plain.send_raw(
+        "/commands/notebook/n-1/write", {"text": 'café ✓ \u2028 "quoted"'}
+    )
+    assert status == 200, body
+    fields = json.loads(body)
+    assert [e["text"] for e in fields["events"] if "text" in e] == ['café ✓ \u2028 "quoted"']
+    assert body == JSONResponse(fields).body
+    assert headers["content-type"] == "application/json"
+    assert int(headers["content-length"]) == len(body)
 
 
 def test_a_redirect_with_a_huge_hop_count_is_400(broker: EmbeddedBroker) -> None:

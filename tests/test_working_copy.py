@@ -85,9 +85,24 @@ class WithState:
         return {"items": list(self.items)}
 
 
-@pytest.mark.parametrize("cls", [Slotted, WithState])
+class WithNewArgs:
+    """Made by ``__new__`` with an argument that its ``__getnewargs__`` gives back."""
+
+    def __new__(cls, size: int) -> WithNewArgs:
+        made = super().__new__(cls)
+        made.size = size
+        return made
+
+    def __init__(self, size: int) -> None:
+        self.items = [1]
+
+    def __getnewargs__(self) -> tuple[int]:
+        return (self.size,)
+
+
+@pytest.mark.parametrize("cls", [Slotted, WithState, WithNewArgs])
 def test_objects_with_their_own_state_hooks_are_deep_copied(cls: type) -> None:
-    original = cls()
+    original = cls(3) if cls is WithNewArgs else cls()
     copied = working_copy(original)
     copied.items.append(2)
     assert original.items == [1] and copied.items == [1, 2]
