@@ -14,8 +14,10 @@ import tempfile
 from pathlib import Path
 
 from foldstream.changelog import StoreLayout
+from foldstream.cluster.versions import retired_stores
 from foldstream.errors import ConfigurationError
 from foldstream.kafka_client import configure as configure_kafka_clients
+from foldstream.projections import Projection
 from foldstream.service import Service
 from foldstream.settings import AGGREGATE_STORE, Settings
 from foldstream.stale_state import check_local_copies
@@ -48,6 +50,13 @@ def check_state_dir(path: Path) -> None:
         raise BadStateDirectory(f"cannot write in {where}: {exc.strerror or exc}") from None
 
 
+def kept_projections(service: Service, settings: Settings) -> list[Projection]:
+    """The service's projections but the store versions retired in the state directory
+    (:mod:`foldstream.cluster.versions`): neither their topics nor their queries come back."""
+    retired = retired_stores(settings.state_dir)
+    return [p for p in service.projections if p.store not in retired]
+
+
 def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout]:
     """Each store's source and changelog topics, and its partitions' format: the projections'
     stores, and for a service with aggregates the aggregate store (one more store of the events
@@ -60,7 +69,7 @@ def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout
             settings.on_stale_state,
             p.table_format,
         )
-        for p in service.projections
+        for p in kept_projections(service, settings)
     }
     if service.aggregates:
         changelog = settings.changelog_topic(AGGREGATE_STORE)
@@ -84,7 +93,8 @@ def prepare(service: Service, settings: Settings) -> dict[str, int]:
     check_state_dir(settings.state_dir)
     check_java()
     configure_kafka_clients(settings.kafka_config)
-    layout = provision(settings, service.projections, aggregates=bool(service.aggregates))
+    projections = kept_projections(service, settings)
+    layout = provision(settings, projections, aggregates=bool(service.aggregates))
     copies = [
         store.local_copy(settings.state_dir, name, partition)
         for name, store in store_layouts(service, settings).items()

@@ -336,6 +336,22 @@ class ProjectionRunner:
         ]
         return "; ".join(problems) or None
 
+    def retire(self, store: str) -> None:
+        """Stop the query of ``store`` (a store version retired,
+        :mod:`foldstream.cluster.versions`) for good: it is neither run nor restarted again."""
+        with self._lock:
+            self.projections = [p for p in self.projections if p.store != store]
+            query = self.queries.pop(store, None)
+            self._owned.pop(store, None)
+            self._failing.pop(store, None)
+        if query is not None:
+            try:
+                query.stop()
+            except Exception:  # noqa: BLE001 - stopped with an error: stopped all the same
+                log.exception("stopping the query of retired store %s", store)
+        self._owned_path(store).unlink(missing_ok=True)
+        shutil.rmtree(self.settings.state_dir / "spark" / store, ignore_errors=True)
+
     def stop(self) -> None:
         self._stopping.set()
         if self._supervisor.is_alive():

@@ -29,6 +29,8 @@ from foldstream.cluster.map import ClusterMap, Heartbeat
 from foldstream.cluster.ownership import Ownership, by_topic
 from foldstream.cluster.records import MemberState
 from foldstream.cluster.standbys import StandbyKeeper
+from foldstream.cluster.versions import VersionSwitch
+from foldstream.kafka_client import admin_client
 from foldstream.offsets import EndOffsets
 from foldstream.routing import Location as Answer
 from foldstream.settings import Settings
@@ -69,6 +71,13 @@ class ClusterNode:
         self.member_id = member_id
         self.replicas = replicas
         self._stopping = threading.Event()
+        self.versions = VersionSwitch(
+            stores=stores,
+            topics=topics,
+            ready_max_lag=settings.ready_max_lag,
+            state_dir=settings.state_dir,
+        )
+        self._topics_deleted: set[str] = set()  # retired versions whose topics went
         self.map = ClusterMap(
             bootstrap=settings.bootstrap_servers,
             topic=settings.cluster_topic,
@@ -82,6 +91,7 @@ class ClusterNode:
             ownership=Ownership(member_id),
             cluster_map=self.map,
             stores=stores,
+            versions=self.versions,
             local=local,
             copies=replicas,
             copies_lock=copies_lock,
@@ -100,6 +110,7 @@ class ClusterNode:
             local=local,
             replicas=replicas,
             ends=ends,
+            versions=self.versions,
         )
         self.location = self._location(stores, topics, store_info, projections, commands)
         self.leader = self._leader(stores, topics)
@@ -142,7 +153,7 @@ class ClusterNode:
             cluster_map=self.map,
             topics=topics,
             standby_replicas=settings.standby_replicas,
-            copy_lag=lambda state, topic, p: _copy_lag(stores, state, topic, p),
+            copy_lag=lambda state, topic, p: _copy_lag(self.lag.counted(), state, topic, p),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -209,6 +220,8 @@ class ClusterNode:
             restoring=by_topic(restoring),
             standby=by_topic(self.standbys.partitions()),
             lag=dict(self.lag.last),
+            serving=self.versions.published(),
+            retired=sorted(self.versions.retired()),
         )
 
     def publish(self) -> None:
@@ -216,7 +229,9 @@ class ClusterNode:
 
     def _changed(self) -> None:
         # On every change of the map: in a failover, lookups go to a partition's new owner as
-        # soon as it claims the partition.
+        # soon as it claims the partition; queries switch to a store's new version as soon as
+        # it is live.
+        self.versions.update(self.map.members())
         self.location.build_routes()
         self.handover.wake.set()
 
@@ -243,8 +258,58 @@ class ClusterNode:
                 with self.handover.lock:
                     serving = set(self.handover.ownership.serving)
                 self.lag.measure(serving)
+                self._keep_versions()
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("cluster upkeep failed")
+
+    def _keep_versions(self) -> None:
+        """Retire the store versions every member has switched away from, delete what is left
+        of retired ones here, and (the leader) their topics once every member retired them."""
+        members = self.map.members()
+        ends = {}
+        for topic, topic_ends in self.lag.ends.items():
+            try:
+                ends[topic] = topic_ends.ends(timeout=0)
+            except Exception:  # noqa: BLE001 - not known yet: no progress to give
+                continue
+        due = self.versions.update(members, ends)
+        for store in due:
+            self.versions.retire(store)
+            self.handover.projections.retire(store)
+        if due:
+            self.handover.sync()  # releases the retired versions' active copies
+            self.standbys.keep()  # and their standby copies
+            self.publish()
+        self.versions.delete_directories(self.replicas.held() | self.handover.local.held())
+        if self.leader.leading:
+            self._delete_retired_topics(members)
+
+    def _delete_retired_topics(self, members: Mapping[str, MemberState]) -> None:
+        retired = (
+            set.intersection(*(set(m.retired) for m in members.values())) if members else set()
+        )
+        gone = sorted(retired - self._topics_deleted)
+        if not gone:
+            return
+        topics = [
+            topic
+            for store in gone
+            for topic in (
+                self.settings.changelog_topic(store),
+                self.settings.dead_letter_topic(store),
+            )
+        ]
+        admin = admin_client(self.settings.bootstrap_servers)  # held until the futures are done
+        futures = admin.delete_topics(topics, operation_timeout=10)
+        for topic, future in futures.items():
+            try:
+                future.result(timeout=15)
+            except Exception as exc:  # noqa: BLE001 - gone already, or tried again next round
+                if "UNKNOWN_TOPIC" not in str(exc):
+                    log.warning("deleting topic %s of a retired store: %s", topic, exc)
+                    return
+        log.info("deleted the topics of retired store versions %s: %s", gone, topics)
+        self._topics_deleted.update(gone)
 
     def _fence_superseded(self) -> None:
         # A member that missed its own revocation (a long pause) must not go on serving: when
