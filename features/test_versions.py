@@ -5,6 +5,8 @@ gate file until the feature lets it build), under a continuous lookup load."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -173,6 +175,20 @@ def old_values(deployment: Deployment) -> None:
 @when("version 2 is let build")
 def let_build(deployment: Deployment) -> None:
     deployment.gate.touch()
+
+
+@then('"foldstream versions" follows the build until version 2 answers')
+def watched(deployment: Deployment) -> None:
+    foldstream = Path(sys.executable).with_name("foldstream")
+    command = [str(foldstream), "versions", deployment.members[1].url, "stock"]
+    done = subprocess.run(
+        [*command, "--timeout", str(SWITCH_S)],
+        capture_output=True,
+        text=True,
+        timeout=SWITCH_S + 60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "version 2 answers 'stock'" in done.stdout, done.stdout
 
 
 @then('GET /stores shows version 2 of "stock" serving and version 1 retired, on both instances')

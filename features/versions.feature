@@ -13,7 +13,8 @@ Feature: A changed fold is built beside the version answering, and answers once 
     Then GET /stores shows version 1 of "stock" serving and version 2 building
     And the lookups answer version 1's values
     When version 2 is let build
-    Then GET /stores shows version 2 of "stock" serving and version 1 retired, on both instances
+    Then "foldstream versions" follows the build until version 2 answers
+    And GET /stores shows version 2 of "stock" serving and version 1 retired, on both instances
     And every lookup answered 200 with version 1's or version 2's value, never version 1's after version 2's on one instance
     And version 1's changelog and dead-letter topics and state directories are gone
     When product "sku-3" is sent "receive_shipment" with quantity 5
