@@ -20,7 +20,7 @@ from foldstream.examples.inventory.domain import Product
 from foldstream.projections import EventProjection
 from foldstream.service import Service
 
-GATE_ENV = "FOLDSTREAM_VERSIONED_GATE"
+GATE_ENV = "VERSIONED_FEATURE_GATE"  # the feature's own, not a setting
 #: The longest a fold waits at the gate: a feature that failed before opening it must not
 #: leave a query stuck for the rest of the run.
 GATE_WAIT_S = 600.0
