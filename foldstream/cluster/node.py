@@ -29,8 +29,7 @@ from foldstream.cluster.map import ClusterMap, Heartbeat
 from foldstream.cluster.ownership import Ownership, by_topic
 from foldstream.cluster.records import MemberState
 from foldstream.cluster.standbys import StandbyKeeper
-from foldstream.cluster.versions import VersionSwitch
-from foldstream.kafka_client import admin_client
+from foldstream.cluster.versions import RetiredTopics, VersionSwitch
 from foldstream.offsets import EndOffsets
 from foldstream.routing import Location as Answer
 from foldstream.settings import Settings
@@ -77,7 +76,7 @@ class ClusterNode:
             ready_max_lag=settings.ready_max_lag,
             state_dir=settings.state_dir,
         )
-        self._topics_deleted: set[str] = set()  # retired versions whose topics went
+        self._retired_topics = RetiredTopics(settings)
         self.map = ClusterMap(
             bootstrap=settings.bootstrap_servers,
             topic=settings.cluster_topic,
@@ -274,42 +273,16 @@ class ClusterNode:
                 continue
         due = self.versions.update(members, ends)
         for store in due:
-            self.versions.retire(store)
+            # Its query first: nothing writes the copies the next sync releases.
             self.handover.projections.retire(store)
+            self.versions.retire(store)
         if due:
             self.handover.sync()  # releases the retired versions' active copies
             self.standbys.keep()  # and their standby copies
             self.publish()
         self.versions.delete_directories(self.replicas.held() | self.handover.local.held())
         if self.leader.leading:
-            self._delete_retired_topics(members)
-
-    def _delete_retired_topics(self, members: Mapping[str, MemberState]) -> None:
-        retired = (
-            set.intersection(*(set(m.retired) for m in members.values())) if members else set()
-        )
-        gone = sorted(retired - self._topics_deleted)
-        if not gone:
-            return
-        topics = [
-            topic
-            for store in gone
-            for topic in (
-                self.settings.changelog_topic(store),
-                self.settings.dead_letter_topic(store),
-            )
-        ]
-        admin = admin_client(self.settings.bootstrap_servers)  # held until the futures are done
-        futures = admin.delete_topics(topics, operation_timeout=10)
-        for topic, future in futures.items():
-            try:
-                future.result(timeout=15)
-            except Exception as exc:  # noqa: BLE001 - gone already, or tried again next round
-                if "UNKNOWN_TOPIC" not in str(exc):
-                    log.warning("deleting topic %s of a retired store: %s", topic, exc)
-                    return
-        log.info("deleted the topics of retired store versions %s: %s", gone, topics)
-        self._topics_deleted.update(gone)
+            self._retired_topics.delete(members)
 
     def _fence_superseded(self) -> None:
         # A member that missed its own revocation (a long pause) must not go on serving: when

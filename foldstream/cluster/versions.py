@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +30,19 @@ from typing import TypeVar
 
 from foldstream.changelog import StoreLayout
 from foldstream.cluster.records import MemberState
+from foldstream.kafka_client import admin_client
+from foldstream.kafka_topics import topic_partitions
 from foldstream.projections.versions import logical_name, version_of
+from foldstream.settings import Settings
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 #: Under the state directory: one empty file per retired store version.
 RETIRED_DIR = "retired"
+#: How often the leader looks for topics of retired versions (a member started with an empty
+#: state directory creates them again before it learns they are retired).
+TOPICS_CHECK_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -230,3 +237,51 @@ def retired_stores(state_dir: Path) -> frozenset[str]:
     if not marked.is_dir():
         return frozenset()
     return frozenset(path.name for path in marked.iterdir())
+
+
+class RetiredTopics:
+    """The leader's part: deleting the changelog and dead-letter topics of the store versions
+    every live member has retired (with ``create_topics`` false, asking the operator to)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._next_check = 0.0
+
+    def delete(self, members: Mapping[str, MemberState]) -> None:
+        """Delete what is left of the retired versions' topics, once per :data:`TOPICS_CHECK_S`."""
+        retired = (
+            set.intersection(*(set(m.retired) for m in members.values())) if members else set()
+        )
+        now = time.monotonic()
+        if not retired or now < self._next_check:
+            return
+        self._next_check = now + TOPICS_CHECK_S
+        settings = self.settings
+        admin = admin_client(settings.bootstrap_servers)  # held until the futures are done
+        topics = [
+            topic
+            for store in sorted(retired)
+            for topic in (settings.changelog_topic(store), settings.dead_letter_topic(store))
+            if topic_partitions(admin, topic) is not None
+        ]
+        if not topics:
+            return
+        if not settings.create_topics:
+            log.warning(
+                "the topics %s belong to retired store versions: delete them (this instance "
+                "creates and deletes no topics: create_topics is false)",
+                topics,
+            )
+            return
+        for topic, future in admin.delete_topics(topics, operation_timeout=10).items():
+            try:
+                future.result(timeout=15)
+                log.info("deleted topic %s of a retired store version", topic)
+            except Exception as exc:  # noqa: BLE001 - tried again at the next check
+                log.warning(
+                    "deleting topic %s of a retired store version failed (%s); trying again "
+                    "in %.0fs (check that the instance's Kafka principal may delete it)",
+                    topic,
+                    exc,
+                    TOPICS_CHECK_S,
+                )
