@@ -122,7 +122,7 @@ class CommandAnswer(_Answer):
 
 
 class StoreVersion(_Answer):
-    """One version of a store's fold (``docs/versions.md``), with its progress over its
+    """One version of a store's fold (``docs/concepts/versions.md``), with its progress over its
     source topic's offsets, summed over partitions (null: not known yet)."""
 
     version: int

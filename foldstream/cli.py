@@ -189,7 +189,7 @@ def versions(
     timeout: Annotated[float, typer.Option(help="seconds to follow a build")] = 3600.0,
 ) -> None:
     """Print a store's versions; while a new one is built, show its progress until it answers
-    (exit 0; 1 on timeout). See docs/versions.md."""
+    (exit 0; 1 on timeout). See docs/concepts/versions.md."""
     from foldstream.version_watch import watch_versions
 
     raise typer.Exit(watch_versions(url, store, token=token, timeout=timeout))

@@ -2,7 +2,7 @@
 is built (offsets folded of the source topic's total, rate, time left), until it answers.
 
 Exits 0 once the newest version declared answers the store's queries, 1 when ``--timeout``
-passes first, 2 when the store does not exist.
+passes first, 2 when the store does not exist or no instance answers (one ``error:`` line).
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def _follow(client: FoldstreamClient, name: str, progress: Progress, deadline: f
     task: TaskID | None = None
     while time.monotonic() < deadline:
         store = _entry(client, name)
-        if store is None or _newest_serves(store):
+        if store is None:
+            return False  # gone: the instance asked now runs other code
+        if _newest_serves(store):
             return True
         newest = store.versions[-1]
         if newest.folded is not None and newest.total is not None:

@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -317,12 +317,16 @@ class ProjectionRunner:
             for key, stop in sorted(self.host.stopped().items())
         }
 
-    def failure(self) -> str | None:
-        """Why the projections are not current, for readiness, or None: each query that failed
-        (until a restarted one completes a micro-batch) and each stopped partition."""
+    def failure(self, counts: Callable[[str], bool] = lambda store: True) -> str | None:
+        """Why the projections of the stores that ``counts`` are not current, for readiness,
+        or None: each query that failed (until a restarted one completes a micro-batch) and
+        each stopped partition. (A store version being built does not count: the one
+        answering does, :mod:`foldstream.cluster.versions`.)"""
         now = time.monotonic()
         problems = []
         for store, failing in sorted(self._failing.items()):
+            if not counts(store):
+                continue
             waiting = failing.query is self.queries.get(store) and failing.restart_at > now
             then = f"restarting it in {failing.restart_at - now:.0f}s" if waiting else "restarted"
             times = "once" if failing.failures == 1 else f"{failing.failures} times in a row"
@@ -333,6 +337,7 @@ class ProjectionRunner:
             f"store {store!r} partition {partition} {reason} (on_error='stop': fix the cause, "
             "then restart the instance)"
             for (store, partition), reason in self.stopped().items()
+            if counts(store)
         ]
         return "; ".join(problems) or None
 

@@ -71,7 +71,7 @@ def check_versions(projections: Sequence[Projection]) -> None:
     """A service's versions must be distinct per store, of one kind, and of stores no other
     store reads (:class:`ConfigurationError` naming the remedy)."""
     read = {name for p in projections if isinstance(p, Join) for name in p.upstream()}
-    kinds: dict[str, str] = {}
+    kinds: dict[str, tuple[str, str]] = {}
     versions: dict[str, list[int]] = {}
     for projection in projections:
         store = logical_name(projection.store)
@@ -81,10 +81,11 @@ def check_versions(projections: Sequence[Projection]) -> None:
                 "fold the next version"
             )
         versions[store].append(projection.version)
-        if kinds.setdefault(store, projection.kind) != projection.kind:
+        shape = (projection.kind, projection.partitioner)
+        if kinds.setdefault(store, shape) != shape:
             raise ConfigurationError(
-                f"the versions of store {store!r} are of different kinds ({kinds[store]} and "
-                f"{projection.kind}): a store of another kind needs another name"
+                f"the versions of store {store!r} differ in kind or partitioner ({kinds[store]} "
+                f"and {shape}): a store of another kind or partitioning needs another name"
             )
     for store, declared in versions.items():
         if (len(declared) > 1 or max(declared) > 1) and store in read:

@@ -24,13 +24,14 @@ from foldstream.query_api.batch import batch_answer
 from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
 from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
 from foldstream.query_api.stores import StoreInfo, StoreReaders
-from foldstream.responses import JSON_TYPE, Answer, error_answer
+from foldstream.responses import JSON_TYPE, NO_STORE, Answer, error_answer
 from foldstream.routing import (
     HOPS_PARAM,
     Local,
     Location,
     Locator,
     Redirect,
+    Unavailable,
     redirect_answer,
     unavailable_answer,
 )
@@ -127,6 +128,8 @@ class LookupAnswers:
             return redirect_answer(location, raw_path, params)
         if not isinstance(location, Local):
             return unavailable_answer(location)
+        if stores.retired(version):
+            return unavailable_answer(_switched(store, partition))
         value = stores.get(version, partition, key, standby=location.role == "standby")
         served_by = served_by_json(location, partition)
         if value is None:
@@ -214,6 +217,8 @@ class LookupAnswers:
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if not isinstance(location, Local):
             return _elsewhere(location, raw_path, params)
+        if stores.retired(version):
+            return unavailable_answer(_switched(store, partition))
         standby = location.role == "standby"
         start = span.start
         if windows:  # windows past retention are not answered, even before their deletion
@@ -252,6 +257,12 @@ class LookupAnswers:
             version = version or stores.serving(store)
             if (info := stores.info(version)).kind != "point":
                 return error_answer(400, _not_a(store, "point", info))
+            if stores.retired(version):
+                return error_answer(
+                    503,
+                    f"store {store!r} switched to a newer version: ask again",
+                    [(b"retry-after", b"1"), NO_STORE],
+                )
             answer = batch_answer(stores, locator, version, body, limits, not_yet)
             return Answer(200, [JSON_TYPE], answer)
         except InvalidRequest as exc:
@@ -327,6 +338,11 @@ def _first_kept(
     if raw is None:
         return -(2**63)
     return decode_int(raw) - (info.window_ms or 0) - (info.retention_ms or 0) + 1
+
+
+def _switched(store: str, partition: int) -> Unavailable:
+    """The version a read waited on was retired meanwhile (its copies are gone): ask again."""
+    return Unavailable(partition, f"store {store!r} switched to a newer version: ask again")
 
 
 def _not_a(store: str, wanted: str, info: StoreInfo) -> str:

@@ -83,10 +83,12 @@ class StoreReaders:
         self._local = local
         self._applied = applied
         self._versions = versions
-        #: The declared store names, each with its oldest version held here.
+        #: The declared store names, in the service's order, each with its oldest version here.
         self.names: dict[str, str] = {}
-        for store in sorted(self.layout, key=lambda s: (logical_name(s), version_of(s))):
-            self.names.setdefault(logical_name(store), store)
+        for store in self.layout:
+            oldest = self.names.get(logical_name(store))
+            if oldest is None or version_of(store) < version_of(oldest):
+                self.names[logical_name(store)] = store
 
     @classmethod
     def at(cls, state_dir: Path, stores: Mapping[str, StoreInfo]) -> StoreReaders:
@@ -106,6 +108,11 @@ class StoreReaders:
         if oldest is None:
             raise StoreNotFound(f"no store named {store!r}; stores: {sorted(self.names)}")
         return oldest if self._versions is None else self._versions.serving(store)
+
+    def retired(self, version: str) -> bool:
+        """Whether ``version`` (a store version :meth:`serving` named) has been retired since:
+        its copies are gone."""
+        return self._versions is not None and self._versions.is_retired(version)
 
     def versions(self, store: str) -> list[VersionState]:
         """Each version of ``store`` (a declared name): its state and progress."""

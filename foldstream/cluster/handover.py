@@ -37,7 +37,7 @@ class Projections(Protocol):
 
     def run(self, owned: Mapping[str, Iterable[int]]) -> None: ...
 
-    def failure(self) -> str | None: ...
+    def failure(self, counts: Callable[[str], bool] = ...) -> str | None: ...
 
     def retire(self, store: str) -> None: ...
 
@@ -242,6 +242,8 @@ class Handover:
             epoch = self.ownership.epoch
         restored = 0
         for store, partition in keys:
+            if self.versions.is_retired(store):
+                continue  # retired since the takeover began: its directory goes
             # Checked once no sync is under way: a sync that read the claims before this
             # takeover claimed the partition releases it at its end, and a copy found still held
             # here (given up a moment ago, a pause) would then be gone, never folded again.

@@ -123,7 +123,8 @@ class Location:
         return True, {"lag": lag, "instance": self._map.member_id}
 
     def _unready_reason(self) -> str | None:
-        failure = self._handover.failure() or self._projections.failure()
+        counts = self._handover.versions.counts  # a version being built does not count
+        failure = self._handover.failure() or self._projections.failure(counts)
         if failure:
             return failure
         assignment = self._map.assignment()
