@@ -3,8 +3,8 @@ Feature: Queries read the stores; unknown stores and keys answer 404
   The query API serves every store of the service by key, and says whether the instance is
   alive and caught up.
 
-  Scenario: The stores are listed with their partitions, partitioner and kind
-    Then GET "/stores" answers 200 with {"stores": [{"name": "stock", "partitions": 4, "partitioner": "murmur2", "kind": "point"}, {"name": "sales_10m", "partitions": 4, "partitioner": "murmur2", "kind": "windowed"}]}
+  Scenario: The stores are listed with their partitions, partitioner, kind and versions
+    Then GET "/stores" answers 200 with {"stores": [{"name": "stock", "partitions": 4, "partitioner": "murmur2", "kind": "point", "version": 1, "versions": [{"version": 1, "state": "serving", "folded": null, "behind": null, "total": null}]}, {"name": "sales_10m", "partitions": 4, "partitioner": "murmur2", "kind": "windowed", "version": 1, "versions": [{"version": 1, "state": "serving", "folded": null, "behind": null, "total": null}]}]}
 
   Scenario: A running instance is alive and ready
     Then GET "/health" answers 200 with {"status": "alive"}

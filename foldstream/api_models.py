@@ -121,6 +121,21 @@ class CommandAnswer(_Answer):
     token: str
 
 
+class StoreVersion(_Answer):
+    """One version of a store's fold (``docs/concepts/versions.md``), with its progress over its
+    source topic's offsets, summed over partitions (null: not known yet)."""
+
+    version: int
+    state: Literal["serving", "building", "replaced", "retired"] = Field(
+        description="serving: answers the store's queries; building: newer, not caught up "
+        "yet; replaced: older, folded until every instance answers with a newer one; "
+        "retired: its topics and directories are gone"
+    )
+    folded: int | None = Field(default=None, description="offsets its active copies folded")
+    behind: int | None = Field(default=None, description="offsets they have still to fold")
+    total: int | None = Field(default=None, description="the source topic's end offsets")
+
+
 class StoreEntry(_Answer):
     name: str
     partitions: int
@@ -130,6 +145,8 @@ class StoreEntry(_Answer):
         description="point: key lookups; ordered: ranges of a key's entries; windowed: a "
         "key's windows",
     )
+    version: int = Field(default=1, description="the version answering the store's queries")
+    versions: list[StoreVersion] = Field(default_factory=list)
 
 
 class StoresAnswer(_Answer):

@@ -1,4 +1,5 @@
-"""The ``foldstream`` command line: ``broker``, ``serve``, ``demo``, ``status`` and ``new``."""
+"""The ``foldstream`` command line: ``broker``, ``serve``, ``demo``, ``status``, ``versions``
+and ``new``."""
 
 from __future__ import annotations
 
@@ -173,6 +174,25 @@ def status(
     from foldstream.status import print_status
 
     raise typer.Exit(print_status(url, token=token, timeout=timeout))
+
+
+@cli.command()
+def versions(
+    url: Annotated[
+        str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
+    ],
+    store: Annotated[str, typer.Argument(help="the store, as declared")],
+    token: Annotated[
+        str | None,
+        typer.Option(help="bearer token, when queries need one", envvar="FOLDSTREAM_AUTH_TOKEN"),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to follow a build")] = 3600.0,
+) -> None:
+    """Print a store's versions; while a new one is built, show its progress until it answers
+    (exit 0; 1 on timeout). See docs/concepts/versions.md."""
+    from foldstream.version_watch import watch_versions
+
+    raise typer.Exit(watch_versions(url, store, token=token, timeout=timeout))
 
 
 @cli.command()

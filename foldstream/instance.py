@@ -37,9 +37,10 @@ from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
 from foldstream.offsets import EndOffsets
 from foldstream.openapi import openapi_document, store_reads
-from foldstream.preflight import prepare, store_layouts
+from foldstream.preflight import kept_projections, prepare, store_layouts
 from foldstream.projections.graph import is_hidden
 from foldstream.projections.runner import ProjectionRunner, query_name
+from foldstream.projections.versions import logical_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
@@ -111,7 +112,11 @@ class Instance:
             title=service.name,
             version=foldstream_version(),
             commands=command_arguments(service.aggregates),
-            stores={p.store: store_reads(p) for p in service.projections if not is_hidden(p)},
+            stores={  # a store's newest version: all are of one kind
+                logical_name(p.store): store_reads(p)
+                for p in service.projections
+                if not is_hidden(p)
+            },
             limits=limits,
             commands_secured=bool(authentication),
             queries_secured=any(auth.protects_queries(m) for m in authentication),
@@ -186,7 +191,7 @@ class Instance:
             local, node = await self._open_cluster(
                 stack, host, runner, commands, layout, store_info
             )
-            readers = StoreReaders(store_info, local, applied=self.applied)
+            readers = StoreReaders(store_info, local, applied=self.applied, versions=node.versions)
             self.readers, self.node = readers, node
             try:
                 yield
@@ -198,7 +203,7 @@ class Instance:
         whose stores all read other topics and that has no aggregates): no partitions to own."""
         events = self.settings.events_topic
         if self.service.aggregates or any(
-            p.source_topic(events) == events for p in self.service.projections
+            p.source_topic(events) == events for p in kept_projections(self.service, self.settings)
         ):
             return layout
         return {t: n for t, n in layout.items() if t != events}
@@ -208,7 +213,7 @@ class Instance:
         events = self.settings.events_topic
         return {
             p.store: StoreInfo.of(p, p.source_topic(events), layout[p.source_topic(events)])
-            for p in self.service.projections
+            for p in kept_projections(self.service, self.settings)
             if not is_hidden(p)
         }
 
@@ -279,7 +284,7 @@ class Instance:
             settings=settings,
             host=host,
             service_path=self.service_path,
-            projections=self.service.projections,
+            projections=kept_projections(self.service, settings),
             partitions=layout,
         )
         await asyncio.to_thread(runner.start)

@@ -14,8 +14,11 @@ import tempfile
 from pathlib import Path
 
 from foldstream.changelog import StoreLayout
+from foldstream.cluster.version_cleanup import RETIRED_DIR, retired_stores
 from foldstream.errors import ConfigurationError
 from foldstream.kafka_client import configure as configure_kafka_clients
+from foldstream.projections import Projection
+from foldstream.projections.versions import logical_name
 from foldstream.service import Service
 from foldstream.settings import AGGREGATE_STORE, Settings
 from foldstream.stale_state import check_local_copies
@@ -48,10 +51,28 @@ def check_state_dir(path: Path) -> None:
         raise BadStateDirectory(f"cannot write in {where}: {exc.strerror or exc}") from None
 
 
+def kept_projections(service: Service, settings: Settings) -> list[Projection]:
+    """The service's projections but the store versions retired in the state directory
+    (:mod:`foldstream.cluster.version_cleanup`): neither their topics nor their queries come
+    back. :class:`ConfigurationError` when every declared version of a store is retired (code
+    rolled back past a switch)."""
+    retired = retired_stores(settings.state_dir)
+    kept = [p for p in service.projections if p.store not in retired]
+    declared = {logical_name(p.store): p.store for p in service.projections}
+    lost = sorted(name for name in declared if all(logical_name(p.store) != name for p in kept))
+    if lost:
+        raise ConfigurationError(
+            f"every declared version of stores {lost} is retired in {settings.state_dir}: a "
+            "newer version answers them. Declare that newer version again, or delete "
+            f"{settings.state_dir / RETIRED_DIR}/<store> to build the retired one anew"
+        )
+    return kept
+
+
 def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout]:
     """Each store's source and changelog topics, and its partitions' format: the projections'
-    stores, and for a service with aggregates the aggregate store (one more store of the events
-    topic)."""
+    stores (every declared version, retired ones too), and for a service with aggregates the
+    aggregate store (one more store of the events topic)."""
     events = settings.events_topic
     layouts = {
         p.store: StoreLayout(
@@ -84,10 +105,13 @@ def prepare(service: Service, settings: Settings) -> dict[str, int]:
     check_state_dir(settings.state_dir)
     check_java()
     configure_kafka_clients(settings.kafka_config)
-    layout = provision(settings, service.projections, aggregates=bool(service.aggregates))
+    projections = kept_projections(service, settings)
+    layout = provision(settings, projections, aggregates=bool(service.aggregates))
+    kept = {p.store for p in projections} | {AGGREGATE_STORE}
     copies = [
         store.local_copy(settings.state_dir, name, partition)
         for name, store in store_layouts(service, settings).items()
+        if name in kept
         for partition in range(layout[store.source_topic])
     ]
     check_local_copies(settings.bootstrap_servers, copies, settings.on_stale_state)

@@ -22,6 +22,7 @@ from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
 from foldstream.projections import Projection
 from foldstream.projections.graph import bind
+from foldstream.projections.versions import check_versions, named_by_version
 from foldstream.settings import AGGREGATE_STORE
 
 if TYPE_CHECKING:
@@ -77,9 +78,9 @@ class Service:
     def __post_init__(self) -> None:
         codec = EventCodec(self.aggregates.values())
         object.__setattr__(self, "codec", codec)
-        object.__setattr__(
-            self, "projections", bind([p.for_events(codec) for p in self.projections])
-        )
+        declared = [named_by_version(p.for_events(codec)) for p in self.projections]
+        check_versions(declared)
+        object.__setattr__(self, "projections", bind(declared))
         stores = [p.store for p in self.projections]
         duplicated = {s for s in stores if stores.count(s) > 1}
         if duplicated:

@@ -137,6 +137,7 @@ class OrderedProjection(OrderedStore):
     sort_key: SortKeyType = "time"
     partitioner: Partitioner = "murmur2"
     on_error: ErrorPolicy = "dead-letter"
+    version: int = 1
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
     def __post_init__(self) -> None:

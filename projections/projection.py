@@ -44,6 +44,8 @@ class Projection(ABC):
     store: str
     partitioner: Partitioner
     on_error: ErrorPolicy = "dead-letter"
+    #: The version of the store's fold (:mod:`~foldstream.projections.versions`).
+    version: int = 1
 
     def for_events(self, codec: EventCodec) -> Projection:
         """This projection decoding the service's domain events with ``codec`` (the
@@ -73,9 +75,12 @@ class Projection(ABC):
 
 
 def check_declaration(projection: Projection) -> None:
+    from foldstream.projections.versions import check_version
+
     store = projection.store
-    if not store or not all(c.isalnum() or c in "-_" for c in store):
-        raise ConfigurationError(f"store name {store!r} must be letters, digits, '-' or '_'")
+    name = check_version(projection)
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise ConfigurationError(f"store name {name!r} must be letters, digits, '-' or '_'")
     if projection.on_error not in ERROR_POLICIES:
         raise ConfigurationError(
             f"store {store!r}: on_error must be one of {ERROR_POLICIES}, "
@@ -103,6 +108,7 @@ class EventProjection(Projection):
     partitioner: Partitioner = "murmur2"
     on_error: ErrorPolicy = "dead-letter"
     key: Callable[[Any], str | None] | None = None
+    version: int = 1
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +116,11 @@ class EventProjection(Projection):
         if self.key is not None and self.partitioner != "murmur2":
             raise ConfigurationError(
                 f"store {self.store!r}: a re-keyed store is partitioned with murmur2"
+            )
+        if self.key is not None and self.version != 1:
+            raise ConfigurationError(
+                f"store {self.store!r}: a re-keyed store has no versions yet; give the new "
+                "fold a new store name instead"
             )
 
     def for_events(self, codec: EventCodec) -> Projection:
@@ -152,6 +163,7 @@ class LatestValue(Projection):
     value_format: Literal["json", "string"] = "json"
     partitioner: Partitioner = "murmur2"
     on_error: ErrorPolicy = "dead-letter"
+    version: int = 1
 
     def __post_init__(self) -> None:
         check_declaration(self)

@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -317,12 +317,16 @@ class ProjectionRunner:
             for key, stop in sorted(self.host.stopped().items())
         }
 
-    def failure(self) -> str | None:
-        """Why the projections are not current, for readiness, or None: each query that failed
-        (until a restarted one completes a micro-batch) and each stopped partition."""
+    def failure(self, counts: Callable[[str], bool] = lambda store: True) -> str | None:
+        """Why the projections of the stores that ``counts`` are not current, for readiness,
+        or None: each query that failed (until a restarted one completes a micro-batch) and
+        each stopped partition. (A store version being built does not count: the one
+        answering does, :mod:`foldstream.cluster.versions`.)"""
         now = time.monotonic()
         problems = []
         for store, failing in sorted(self._failing.items()):
+            if not counts(store):
+                continue
             waiting = failing.query is self.queries.get(store) and failing.restart_at > now
             then = f"restarting it in {failing.restart_at - now:.0f}s" if waiting else "restarted"
             times = "once" if failing.failures == 1 else f"{failing.failures} times in a row"
@@ -333,8 +337,25 @@ class ProjectionRunner:
             f"store {store!r} partition {partition} {reason} (on_error='stop': fix the cause, "
             "then restart the instance)"
             for (store, partition), reason in self.stopped().items()
+            if counts(store)
         ]
         return "; ".join(problems) or None
+
+    def retire(self, store: str) -> None:
+        """Stop the query of ``store`` (a store version retired,
+        :mod:`foldstream.cluster.versions`) for good: it is neither run nor restarted again."""
+        with self._lock:
+            self.projections = [p for p in self.projections if p.store != store]
+            query = self.queries.pop(store, None)
+            self._owned.pop(store, None)
+            self._failing.pop(store, None)
+        if query is not None:
+            try:
+                query.stop()
+            except Exception:  # noqa: BLE001 - stopped with an error: stopped all the same
+                log.exception("stopping the query of retired store %s", store)
+        self._owned_path(store).unlink(missing_ok=True)
+        shutil.rmtree(self.settings.state_dir / "spark" / store, ignore_errors=True)
 
     def stop(self) -> None:
         self._stopping.set()

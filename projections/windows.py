@@ -81,6 +81,7 @@ class WindowedAggregate(OrderedStore):
     timestamp: Callable[[EventRecord], Time] | None = None
     partitioner: Partitioner = "murmur2"
     on_error: ErrorPolicy = "dead-letter"
+    version: int = 1
     _codec: EventCodec = field(default_factory=EventCodec, repr=False, compare=False)
 
     #: size, advance, grace and retention in milliseconds (every record uses them).

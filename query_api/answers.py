@@ -24,13 +24,14 @@ from foldstream.query_api.batch import batch_answer
 from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
 from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
 from foldstream.query_api.stores import StoreInfo, StoreReaders
-from foldstream.responses import JSON_TYPE, Answer, error_answer
+from foldstream.responses import JSON_TYPE, NO_STORE, Answer, error_answer
 from foldstream.routing import (
     HOPS_PARAM,
     Local,
     Location,
     Locator,
     Redirect,
+    Unavailable,
     redirect_answer,
     unavailable_answer,
 )
@@ -96,31 +97,40 @@ class LookupAnswers:
             return error_answer(404, str(exc))
 
     def _lookup(
-        self, raw_path: bytes, query_string: bytes, raw_store: bytes, raw_key: bytes
+        self,
+        raw_path: bytes,
+        query_string: bytes,
+        raw_store: bytes,
+        raw_key: bytes,
+        version: str | None = None,
     ) -> Answer:
+        """``version``: the store's version to read (by default the one serving now)."""
         limits = self.limits
         if len(raw_path) + len(query_string) > limits.max_url_bytes:
             limits.check_url(raw_path, query_string)  # raises
         store = self._names.get(raw_store) or limits.name(raw_store, "store name")
         if raw_key.endswith(_ORDERED_READS):
-            return self._ordered(raw_path, query_string, store, raw_key)
+            return self._ordered(raw_path, query_string, store, raw_key, version)
         if raw_key.isascii() and b"%" not in raw_key and len(raw_key) <= limits.max_key_bytes:
             key = raw_key  # as limits.key() would have it, for fewer calls on the hot path
         else:
             key = limits.key(raw_key)
         params, max_lag = routing_params(query_string)
         stores, locator = self._started()
-        info = stores.info(store)
+        version = version or stores.serving(store)
+        info = stores.info(version)
         self._names[raw_store] = store  # a store's: the cache stays as small as the layout
         if info.kind != "point":
             return error_answer(400, _not_a(store, "point", info))
-        partition = stores.partition(store, key)
+        partition = stores.partition(version, key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if isinstance(location, Redirect):
             return redirect_answer(location, raw_path, params)
         if not isinstance(location, Local):
             return unavailable_answer(location)
-        value = stores.get(store, partition, key, standby=location.role == "standby")
+        if stores.retired(version):
+            return unavailable_answer(_switched(store, partition))
+        value = stores.get(version, partition, key, standby=location.role == "standby")
         served_by = served_by_json(location, partition)
         if value is None:
             body = (
@@ -145,11 +155,14 @@ class LookupAnswers:
             return None
         try:
             token = requested_token(query_string, header)
+            version = None
             if token is not None:
-                pending = await self._await_token(query_string, *target, token, wait_s)
+                pending, version = await self._await_token(query_string, *target, token, wait_s)
                 if pending is not None:
                     return pending
-            return self._lookup(raw_path, query_string, *target)
+            # The version the token was awaited on: a switch meanwhile must not answer from
+            # another, which may not include it yet.
+            return self._lookup(raw_path, query_string, *target, version)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
         except StoreNotFound as exc:
@@ -157,51 +170,63 @@ class LookupAnswers:
 
     async def _await_token(
         self, query_string: bytes, raw_store: bytes, raw_key: bytes, token: Token, wait_s: float
-    ) -> Answer | None:
+    ) -> tuple[Answer | None, str]:
         """None once the copy here that answers the lookup (or range or windows read) includes
         ``token`` (or when it is answered elsewhere: redirected, or 503); else the 503 to
-        answer."""
+        answer. With it, the store's version awaited."""
         store = self.limits.name(raw_store, "store name")
         if raw_key.endswith(_ORDERED_READS):  # a range or windows read: of the key before it
             raw_key = raw_key[: -len(WINDOWS if raw_key.endswith(WINDOWS) else RANGE)]
         key = self.limits.key(raw_key)
         _, max_lag = routing_params(query_string)
         stores, locator = self._started()
-        info = stores.info(store)
+        version = stores.serving(store)
+        info = stores.info(version)
         check_topic(token, store, info.topic)
-        partition = stores.partition(store, key)
+        partition = stores.partition(version, key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if not isinstance(location, Local):
-            return None  # the lookup redirects (keeping the token) or answers 503
+            return None, version  # the lookup redirects (keeping the token) or answers 503
         standby = location.role == "standby"
-        return await wait_for_token(
-            stores, store, info.topic, partition, token, wait_s, standby=standby
+        pending = await wait_for_token(
+            stores, version, info.topic, partition, token, wait_s, standby=standby
         )
+        return pending, version
 
-    def _ordered(self, raw_path: bytes, query_string: bytes, store: str, raw_key: bytes) -> Answer:
+    def _ordered(
+        self,
+        raw_path: bytes,
+        query_string: bytes,
+        store: str,
+        raw_key: bytes,
+        version: str | None,
+    ) -> Answer:
         """The answer to a range or windows read of ``raw_key`` (with its ``/range`` or
-        ``/windows``)."""
+        ``/windows``) from ``version`` of ``store`` (None: the one serving now)."""
         windows = raw_key.endswith(WINDOWS)
         key = self.limits.key(raw_key[: -len(WINDOWS if windows else RANGE)])
         params, max_lag = routing_params(query_string)
         stores, locator = self._started()
-        info = stores.info(store)
+        version = version or stores.serving(store)
+        info = stores.info(version)
         wanted = "windowed" if windows else "ordered"
         if info.kind != wanted:
             return error_answer(400, _not_a(store, wanted, info))
         span = span_of(info, key, ordered_params(query_string), self.limits, windows)
-        partition = stores.partition(store, key)
+        partition = stores.partition(version, key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if not isinstance(location, Local):
             return _elsewhere(location, raw_path, params)
+        if stores.retired(version):
+            return unavailable_answer(_switched(store, partition))
         standby = location.role == "standby"
         start = span.start
         if windows:  # windows past retention are not answered, even before their deletion
             start = max(
                 start,
-                span.prefix + encode_int(_first_kept(stores, store, info, partition, standby)),
+                span.prefix + encode_int(_first_kept(stores, version, info, partition, standby)),
             )
-        found = stores.scan(store, partition, start, span.end, span.limit + 1, standby=standby)
+        found = stores.scan(version, partition, start, span.end, span.limit + 1, standby=standby)
         body = entries_body(key.decode(), info, span, found, served_by_json(location, partition))
         return Answer(200, [JSON_TYPE], body)
 
@@ -211,8 +236,14 @@ class LookupAnswers:
         return self._batch(raw_path, query_string, body, None)
 
     def _batch(
-        self, raw_path: bytes, query_string: bytes, body: bytes, not_yet: int | None
+        self,
+        raw_path: bytes,
+        query_string: bytes,
+        body: bytes,
+        not_yet: int | None,
+        version: str | None = None,
     ) -> Answer | None:
+        """``version``: the store's version to read (None: the one serving now)."""
         target = store_path(raw_path, b"keys")
         if target is None or target[1]:
             return None
@@ -223,9 +254,16 @@ class LookupAnswers:
             if len(body) > limits.max_body_bytes:
                 raise InvalidRequest(limits.too_large(len(body)), status=413)
             stores, locator = self._started()
-            if (info := stores.info(store)).kind != "point":
+            version = version or stores.serving(store)
+            if (info := stores.info(version)).kind != "point":
                 return error_answer(400, _not_a(store, "point", info))
-            answer = batch_answer(stores, locator, store, body, limits, not_yet)
+            if stores.retired(version):
+                return error_answer(
+                    503,
+                    f"store {store!r} switched to a newer version: ask again",
+                    [(b"retry-after", b"1"), NO_STORE],
+                )
+            answer = batch_answer(stores, locator, version, body, limits, not_yet)
             return Answer(200, [JSON_TYPE], answer)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
@@ -249,17 +287,18 @@ class LookupAnswers:
             if len(body) > self.limits.max_body_bytes:
                 raise InvalidRequest(self.limits.too_large(len(body)), status=413)
             stores, locator = self._started()
-            info = stores.info(store)
+            version = stores.serving(store)
+            info = stores.info(version)
             check_topic(token, store, info.topic)
             not_yet = None
             if token.partition < info.partitions:
                 location = locator.locate(info.topic, token.partition)
                 if isinstance(location, Local):
                     pending = await wait_for_token(
-                        stores, store, info.topic, token.partition, token, wait_s, standby=False
+                        stores, version, info.topic, token.partition, token, wait_s, standby=False
                     )
                     not_yet = None if pending is None else token.partition
-            return self._batch(raw_path, query_string, body, not_yet)
+            return self._batch(raw_path, query_string, body, not_yet, version)
         except InvalidRequest as exc:
             return error_answer(exc.status, str(exc))
         except StoreNotFound as exc:
@@ -299,6 +338,11 @@ def _first_kept(
     if raw is None:
         return -(2**63)
     return decode_int(raw) - (info.window_ms or 0) - (info.retention_ms or 0) + 1
+
+
+def _switched(store: str, partition: int) -> Unavailable:
+    """The version a read waited on was retired meanwhile (its copies are gone): ask again."""
+    return Unavailable(partition, f"store {store!r} switched to a newer version: ask again")
 
 
 def _not_a(store: str, wanted: str, info: StoreInfo) -> str:

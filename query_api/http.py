@@ -7,6 +7,7 @@ which the fast paths use too: these routes only read the request and send its an
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from starlette.requests import Request
@@ -15,6 +16,7 @@ from starlette.routing import Route
 
 from foldstream.errors import InvalidRequest, StoreNotFound
 from foldstream.http_input import InputLimits
+from foldstream.projections.versions import version_of
 from foldstream.query_api.answers import LookupAnswers, raw_path_of
 from foldstream.query_api.consistency import has_token, token_header
 from foldstream.query_api.stores import StoreReaders
@@ -79,19 +81,8 @@ class QueryRoutes:
         self.consistency_wait_s = consistency_wait_s
 
     async def list_stores(self, request: Request) -> JSONResponse:
-        return JSONResponse(
-            {
-                "stores": [
-                    {
-                        "name": s,
-                        "partitions": i.partitions,
-                        "partitioner": i.partitioner,
-                        "kind": i.kind,
-                    }
-                    for s, i in self.readers().layout.items()
-                ]
-            }
-        )
+        stores = self.readers()
+        return JSONResponse({"stores": [store_entry(stores, name) for name in stores.names]})
 
     async def get_key(self, request: Request) -> Response:
         scope, answers = request.scope, self.answers
@@ -124,10 +115,11 @@ class QueryRoutes:
         store, key = target
         stores = self.readers()
         try:
-            info = stores.info(store)
+            version = stores.serving(store)
         except StoreNotFound as exc:
             return error_response(404, str(exc))
-        partition = stores.partition(store, key)
+        info = stores.info(version)
+        partition = stores.partition(version, key)
         owner = cluster_partition(self.cluster(), info.topic, partition)
         return JSONResponse({"store": store, "key": key.decode(), "partition": partition, **owner})
 
@@ -146,3 +138,18 @@ def cluster_partition(cluster: dict[str, Any], topic: str, partition: int) -> di
     """``{"active": url | None, "standbys": [{"url", "lag"}]}`` of one partition of ``topic``."""
     entry = cluster.get("partitions", {}).get(topic, {}).get(str(partition), {})
     return {"active": entry.get("active"), "standbys": entry.get("standbys", [])}
+
+
+def store_entry(stores: StoreReaders, name: str) -> dict[str, Any]:
+    """What ``GET /stores`` says of store ``name``: the info of the version answering its
+    queries, and each version's state and progress (:mod:`foldstream.cluster.versions`)."""
+    serving = stores.serving(name)
+    info = stores.info(serving)
+    return {
+        "name": name,
+        "partitions": info.partitions,
+        "partitioner": info.partitioner,
+        "kind": info.kind,
+        "version": version_of(serving),
+        "versions": [asdict(v) for v in stores.versions(name)],
+    }

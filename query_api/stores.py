@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from foldstream.cluster.versions import VersionState, VersionSwitch
 from foldstream.errors import StoreNotFound
 from foldstream.kafka import Partitioner, partition_for
 from foldstream.projections import Projection, WindowedAggregate
 from foldstream.projections.ordered import OrderedProjection
 from foldstream.projections.projection import StoreKind
+from foldstream.projections.versions import logical_name, version_of
 from foldstream.state.applied import AppliedOffsets
 from foldstream.state.base import Entries
 from foldstream.state.format import ORDERED_FORMAT, TABLE_FORMAT
@@ -63,7 +65,11 @@ def sort_key_of(projection: Projection) -> SortKeyType | None:
 class StoreReaders:
     """Read access to the partitions of ``stores`` that ``local`` has (active or standby);
     ``applied`` is where the writers of those copies say what they applied (None: a wait for
-    an offset only checks the copy once)."""
+    an offset only checks the copy once).
+
+    ``stores`` holds every version of a store (:mod:`foldstream.projections.versions`);
+    requests name a store as declared, and :meth:`serving` says which version answers them
+    (``versions``; without, version 1 or the only one declared)."""
 
     def __init__(
         self,
@@ -71,10 +77,18 @@ class StoreReaders:
         local: LocalStores,
         *,
         applied: AppliedOffsets | None = None,
+        versions: VersionSwitch | None = None,
     ) -> None:
         self.layout = dict(stores)
         self._local = local
         self._applied = applied
+        self._versions = versions
+        #: The declared store names, in the service's order, each with its oldest version here.
+        self.names: dict[str, str] = {}
+        for store in self.layout:
+            oldest = self.names.get(logical_name(store))
+            if oldest is None or version_of(store) < version_of(oldest):
+                self.names[logical_name(store)] = store
 
     @classmethod
     def at(cls, state_dir: Path, stores: Mapping[str, StoreInfo]) -> StoreReaders:
@@ -87,13 +101,31 @@ class StoreReaders:
         """Close the snapshots this view opened (an instance closes its stores itself)."""
         self._local.close()
 
+    def serving(self, store: str) -> str:
+        """The version of ``store`` (a declared name) that answers its queries now;
+        :class:`StoreNotFound` when no store has that name."""
+        oldest = self.names.get(store)
+        if oldest is None:
+            raise StoreNotFound(f"no store named {store!r}; stores: {sorted(self.names)}")
+        return oldest if self._versions is None else self._versions.serving(store)
+
+    def retired(self, version: str) -> bool:
+        """Whether ``version`` (a store version :meth:`serving` named) has been retired since:
+        its copies are gone."""
+        return self._versions is not None and self._versions.is_retired(version)
+
+    def versions(self, store: str) -> list[VersionState]:
+        """Each version of ``store`` (a declared name): its state and progress."""
+        if self._versions is None:
+            return [VersionState(version_of(self.serving(store)), "serving", None, None, None)]
+        return self._versions.describe(store)
+
     def info(self, store: str) -> StoreInfo:
+        """The info of ``store``, a version :meth:`serving` named."""
         try:
             return self.layout[store]
         except KeyError:
-            raise StoreNotFound(
-                f"no store named {store!r}; stores: {sorted(self.layout)}"
-            ) from None
+            raise StoreNotFound(f"no store named {store!r}; stores: {sorted(self.names)}") from None
 
     def partition(self, store: str, key: bytes) -> int:
         info = self.info(store)

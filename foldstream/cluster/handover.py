@@ -25,6 +25,7 @@ from typing import Protocol
 from foldstream.changelog import StoreLayout
 from foldstream.cluster.map import ClusterMap
 from foldstream.cluster.ownership import Ownership, TopicPartition, TopicPartitions, by_topic
+from foldstream.cluster.versions import VersionSwitch
 from foldstream.state.local import LocalStores
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,9 @@ class Projections(Protocol):
 
     def run(self, owned: Mapping[str, Iterable[int]]) -> None: ...
 
-    def failure(self) -> str | None: ...
+    def failure(self, counts: Callable[[str], bool] = ...) -> str | None: ...
+
+    def retire(self, store: str) -> None: ...
 
 
 class CommandPartitions(Protocol):
@@ -66,6 +69,7 @@ class Handover:
         ownership: Ownership,
         cluster_map: ClusterMap,
         stores: Mapping[str, StoreLayout],
+        versions: VersionSwitch,
         local: LocalStores,
         copies: Copies,
         copies_lock: threading.Lock,
@@ -78,6 +82,7 @@ class Handover:
         self.ownership = ownership
         self._map = cluster_map
         self.stores = dict(stores)
+        self.versions = versions
         self.local = local
         self._copies = copies
         self._copies_lock = copies_lock
@@ -133,12 +138,13 @@ class Handover:
             return self.ownership.held()
 
     def store_keys(self, partitions: Iterable[TopicPartition]) -> list[tuple[str, int]]:
-        """``(store, partition)`` of every store folding the given source partitions."""
+        """``(store, partition)`` of every store folding the given source partitions (a
+        retired store version folds none)."""
         return [
             (store, p)
             for topic, p in partitions
             for store, layout in self.stores.items()
-            if layout.source_topic == topic
+            if layout.source_topic == topic and not self.versions.is_retired(store)
         ]
 
     # -- following the assignment ------------------------------------------------------------
@@ -236,6 +242,8 @@ class Handover:
             epoch = self.ownership.epoch
         restored = 0
         for store, partition in keys:
+            if self.versions.is_retired(store):
+                continue  # retired since the takeover began: its directory goes
             # Checked once no sync is under way: a sync that read the claims before this
             # takeover claimed the partition releases it at its end, and a copy found still held
             # here (given up a moment ago, a pause) would then be gone, never folded again.

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from foldstream.changelog import StandbyReplicas, StoreLayout
+from foldstream.cluster.versions import VersionSwitch
 from foldstream.offsets import EndOffsets, holds_records
 from foldstream.state.local import LocalStores
 
@@ -28,9 +29,13 @@ class LagMeter:
         local: LocalStores,
         replicas: StandbyReplicas,
         ends: Mapping[str, EndOffsets],
+        versions: VersionSwitch | None = None,
     ) -> None:
+        """``versions``: which versions of a store count for its partitions' lag (all
+        without)."""
         self.bootstrap = bootstrap
         self.stores = dict(stores)
+        self.versions = versions
         self._local = local
         self.replicas = replicas
         self.ends = dict(ends)
@@ -44,16 +49,23 @@ class LagMeter:
         """Lag of the ``active`` ``(topic, partition)`` copies and of every standby copy."""
         lag: dict[str, int] = {}
         active = set(active)
+        # Each topic's ends asked once: the versions of a store compare their lags
+        # (foldstream.cluster.versions), which only means something against the same end.
+        topic_ends: dict[str, dict[int, int]] = {}
         for store, layout in self.stores.items():
+            if self.versions is not None and self.versions.is_retired(store):
+                continue
             topic = layout.source_topic
             copies = [p for t, p in active if t == topic]
             if not layout.follows_source:  # nothing to catch up on: no end to ask for
                 lag.update({f"{store}/{p}": 0 for p in copies})
                 continue
-            try:
-                ends = self.ends[topic].ends(timeout=0.2)
-            except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
-                ends = {}
+            if topic not in topic_ends:
+                try:
+                    topic_ends[topic] = self.ends[topic].ends(timeout=0.2)
+                except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
+                    topic_ends[topic] = {}
+            ends = topic_ends[topic]
             for p in copies:
                 if p not in ends:
                     continue
@@ -101,15 +113,21 @@ class LagMeter:
                 return lags[(topic, partition)]
             except KeyError:
                 found = lags[(topic, partition)] = partition_lag(
-                    measured, self.stores, topic, partition
+                    measured, self.counted(), topic, partition
                 )
                 return found
         lag = dict(self.last)
-        for store, layout in self.stores.items():
+        counted = self.counted()
+        for store, layout in counted.items():
             current = self.replicas.lag(store, partition)
             if layout.source_topic == topic and current is not None:
                 lag[f"{store}/{partition}"] = current
-        return partition_lag(lag, self.stores, topic, partition)
+        return partition_lag(lag, counted, topic, partition)
+
+    def counted(self) -> dict[str, StoreLayout]:
+        """The stores whose lag counts for their partitions' lag: the versions answering
+        queries (:mod:`~foldstream.cluster.versions`)."""
+        return self.stores if self.versions is None else self.versions.counted(self.stores)
 
 
 def unmeasured(active: Iterable[str], lag: Mapping[str, int]) -> list[str]:

@@ -66,11 +66,12 @@ class Location:
         """Recompute each partition's owner and standbys from the map (on every change)."""
         routes: Routes = {}
         members = self._map.members()
+        counted = self.lag.counted()
         for topic, count in self.topics.items():
             for p in range(count):
                 owner = self._map.active_owner(topic, p)
                 standbys = [
-                    (s.url, partition_lag(s.lag, self.stores, topic, p))
+                    (s.url, partition_lag(s.lag, counted, topic, p))
                     for s in members.values()
                     if p in s.standby.get(topic, ()) and s is not owner
                 ]
@@ -106,7 +107,8 @@ class Location:
         if reason is not None:
             return False, {"reason": reason, "instance": self._map.member_id}
         serving = set(self._handover.ownership.serving)
-        active = {f"{store}/{p}" for store, p in self._handover.store_keys(serving)}
+        counts = self._handover.versions.counts  # a version being built is not waited for
+        active = {f"{s}/{p}" for s, p in self._handover.store_keys(serving) if counts(s)}
         lag = {k: v for k, v in self.lag.measure(serving).items() if k in active}
         unknown = unmeasured(active, lag)
         if unknown:
@@ -121,7 +123,8 @@ class Location:
         return True, {"lag": lag, "instance": self._map.member_id}
 
     def _unready_reason(self) -> str | None:
-        failure = self._handover.failure() or self._projections.failure()
+        counts = self._handover.versions.counts  # a version being built does not count
+        failure = self._handover.failure() or self._projections.failure(counts)
         if failure:
             return failure
         assignment = self._map.assignment()

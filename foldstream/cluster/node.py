@@ -29,6 +29,8 @@ from foldstream.cluster.map import ClusterMap, Heartbeat
 from foldstream.cluster.ownership import Ownership, by_topic
 from foldstream.cluster.records import MemberState
 from foldstream.cluster.standbys import StandbyKeeper
+from foldstream.cluster.version_cleanup import RetiredTopics
+from foldstream.cluster.versions import VersionSwitch
 from foldstream.offsets import EndOffsets
 from foldstream.routing import Location as Answer
 from foldstream.settings import Settings
@@ -69,6 +71,14 @@ class ClusterNode:
         self.member_id = member_id
         self.replicas = replicas
         self._stopping = threading.Event()
+        self.versions = VersionSwitch(
+            stores=stores,
+            topics=topics,
+            ready_max_lag=settings.ready_max_lag,
+            state_dir=settings.state_dir,
+            hold_s=settings.session_timeout_ms / 1000,
+        )
+        self._retired_topics = RetiredTopics(settings)
         self.map = ClusterMap(
             bootstrap=settings.bootstrap_servers,
             topic=settings.cluster_topic,
@@ -77,11 +87,12 @@ class ClusterNode:
             on_change=self._changed,
             fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
         )
-        copies_lock = threading.Lock()
+        copies_lock = self._copies_lock = threading.Lock()
         self.handover = Handover(
             ownership=Ownership(member_id),
             cluster_map=self.map,
             stores=stores,
+            versions=self.versions,
             local=local,
             copies=replicas,
             copies_lock=copies_lock,
@@ -100,12 +111,17 @@ class ClusterNode:
             local=local,
             replicas=replicas,
             ends=ends,
+            versions=self.versions,
         )
         self.location = self._location(stores, topics, store_info, projections, commands)
         self.leader = self._leader(stores, topics)
         self.heartbeat = Heartbeat(self.map, self.state, on_pause=self._paused)
         self._upkeep = threading.Thread(
             target=self._upkeep_loop, name="cluster-upkeep", daemon=True
+        )
+        # Its own thread: retiring a version waits for a query to stop and for the broker.
+        self._versions_upkeep = threading.Thread(
+            target=self._versions_loop, name="store-versions", daemon=True
         )
 
     def _location(
@@ -142,7 +158,7 @@ class ClusterNode:
             cluster_map=self.map,
             topics=topics,
             standby_replicas=settings.standby_replicas,
-            copy_lag=lambda state, topic, p: _copy_lag(stores, state, topic, p),
+            copy_lag=lambda state, topic, p: _copy_lag(self.lag.counted(), state, topic, p),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -156,6 +172,7 @@ class ClusterNode:
         self.leader.start()
         self.handover.start()
         self._upkeep.start()
+        self._versions_upkeep.start()
         deadline = time.monotonic() + join_timeout
         while self.handover.ownership.applied[0] == 0 and time.monotonic() < deadline:
             self.handover.wake.wait(0.05)
@@ -168,6 +185,7 @@ class ClusterNode:
         self.leader.stop()
         self.handover.stop()
         self._upkeep.join(timeout=10)
+        self._versions_upkeep.join(timeout=10)
         self.heartbeat.stop()
         self.map.leave()
         self.map.close()
@@ -209,6 +227,8 @@ class ClusterNode:
             restoring=by_topic(restoring),
             standby=by_topic(self.standbys.partitions()),
             lag=dict(self.lag.last),
+            serving=self.versions.published(),
+            retired=sorted(self.versions.retired()),
         )
 
     def publish(self) -> None:
@@ -216,8 +236,12 @@ class ClusterNode:
 
     def _changed(self) -> None:
         # On every change of the map: in a failover, lookups go to a partition's new owner as
-        # soon as it claims the partition.
-        self.location.build_routes()
+        # soon as it claims the partition; queries switch to a store's new version as soon as
+        # it is live.
+        try:
+            self.versions.update(self.map.members(), self.map.assignment())
+        finally:
+            self.location.build_routes()
         self.handover.wake.set()
 
     def _paused(self, paused_s: float) -> None:
@@ -245,6 +269,38 @@ class ClusterNode:
                 self.lag.measure(serving)
             except Exception:  # noqa: BLE001 - the next round tries again
                 log.exception("cluster upkeep failed")
+
+    def _versions_loop(self) -> None:
+        while not self._stopping.wait(UPKEEP_INTERVAL_S):
+            try:
+                self._keep_versions()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("store versions upkeep failed")
+
+    def _keep_versions(self) -> None:
+        """Retire the store versions every member has switched away from, delete what is left
+        of retired ones here, and (the leader) their topics once every member retired them."""
+        members = self.map.members()
+        ends = {}
+        for topic, topic_ends in self.lag.ends.items():
+            try:
+                ends[topic] = topic_ends.ends(timeout=0)
+            except Exception:  # noqa: BLE001 - not known yet: no progress to give
+                continue
+        due = self.versions.update(members, self.map.assignment(), ends)
+        for store in due:
+            # Its query first: nothing writes the copies the next sync releases.
+            self.handover.projections.retire(store)
+            self.versions.marks.retire(store)
+        if due:
+            self.handover.sync()  # releases the retired versions' active copies
+            self.standbys.keep()  # and their standby copies
+            self.publish()
+        with self._copies_lock:  # no copy is opened meanwhile
+            busy = self.replicas.held() | self.handover.local.held()
+            self.versions.marks.delete_directories(busy | self.handover.taking_over())
+        if self.leader.leading:
+            self._retired_topics.delete(members, self.versions.retired())
 
     def _fence_superseded(self) -> None:
         # A member that missed its own revocation (a long pause) must not go on serving: when

@@ -39,6 +39,7 @@ def _checked_url(url: str) -> str:
 
 MemberId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
 TopicName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+StoreName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 PartitionNumber = Annotated[int, Field(ge=0, le=MAX_ENTRIES)]
 PartitionKey = Annotated[str, StringConstraints(pattern=r"^[0-9]{1,6}$")]
@@ -59,7 +60,9 @@ class MemberState(BaseModel):
 
     ``active`` and ``standby`` map a source topic to partitions; ``lag`` maps
     ``"<store>/<partition>"`` to records not yet applied (source records for an active copy,
-    changelog records for a standby). ``generation`` and ``leader`` name the newest assignment
+    changelog records for a standby); ``serving`` and ``retired`` say which versions of a
+    store with several it answers with and has retired (:mod:`.versions`). ``generation`` and
+    ``leader`` name the newest assignment
     the member has applied: it has released every partition that assignment does not give it.
     """
 
@@ -75,6 +78,10 @@ class MemberState(BaseModel):
     restoring: Partitions = Field(default_factory=dict)
     standby: Partitions = Field(default_factory=dict)
     lag: Annotated[dict[LagKey, Count], Field(max_length=MAX_ENTRIES)] = Field(default_factory=dict)
+    #: The version each store with several versions answers with (:mod:`.versions`).
+    serving: Annotated[dict[StoreName, Count], Field(max_length=1000)] = Field(default_factory=dict)
+    #: The store versions this member has retired.
+    retired: Annotated[list[StoreName], Field(max_length=1000)] = Field(default_factory=list)
 
     @property
     def applied(self) -> tuple[int, str]:

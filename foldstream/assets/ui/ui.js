@@ -96,9 +96,25 @@ function showPartitions(cluster, names) {
   $("#partitions").replaceChildren(...tables.flat());
 }
 
+// The name a store's answering version keeps its state, topics and figures under.
+function physical(s) {
+  return (s.version || 1) > 1 ? `${s.name}.v${s.version}` : s.name;
+}
+
+// "2" or "1 (2 building: 41%)": the answering version and any other not retired.
+function versions(s) {
+  const others = (s.versions || []).filter((v) => v.version !== s.version && v.state !== "retired");
+  const said = others.map((v) => {
+    const share = v.total ? ` ${Math.floor((100 * (v.folded || 0)) / v.total)}%` : "";
+    return `${v.version} ${v.state}${v.state === "building" ? share : ""}`;
+  });
+  return said.length ? `${s.version || 1} (${said.join(", ")})` : String(s.version || 1);
+}
+
 function showStores(stores, cluster) {
   fill($("#stores tbody"), stores.map((s) => [
-    s.name, (cluster.stores[s.name] || {}).topic || "", String(s.partitions), s.partitioner,
+    s.name, (cluster.stores[physical(s)] || {}).topic || "", String(s.partitions), s.partitioner,
+    versions(s),
   ]));
   const select = $("#lookup-store");
   if (select.options.length !== stores.length) {
@@ -132,7 +148,7 @@ function showFigures(metrics, stores) {
   const seconds = byStore(metrics, "foldstream_projection_batch_seconds_sum");
   const previous = state.previous;
   fill($("#figures tbody"), stores.map((s) => {
-    const store = s.name;
+    const store = physical(s);
     const elapsed = previous ? (now - previous.at) / 1000 : 0;
     const rate = previous && elapsed > 0 ? ((records[store] || 0) - (previous.records[store] || 0)) / elapsed : 0;
     const mean = batches[store] ? (1000 * seconds[store]) / batches[store] : 0;
