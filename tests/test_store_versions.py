@@ -20,6 +20,7 @@ from foldstream.examples.inventory.domain import Product
 from foldstream.projections import Changes, EventProjection, Join, OrderedProjection
 from foldstream.projections.versions import logical_name, version_of, versioned_name
 from foldstream.service import Service
+from foldstream.testing import versioned
 
 EVENTS = "shop.events"
 STORES = {
@@ -62,14 +63,7 @@ def test_names_of_versions() -> None:
 
 
 def test_a_service_folds_each_declared_version_under_its_own_name() -> None:
-    service = Service(
-        name="shop",
-        aggregates={"product": Product},
-        projections=[
-            EventProjection("stock", fold_stock),
-            EventProjection("stock", fold_stock, version=2),
-        ],
-    )
+    service = versioned.after  # version 1 of stock, and version 2 beside it
     assert [p.store for p in service.projections] == ["stock", "stock.v2"]
 
 
@@ -199,20 +193,8 @@ def test_code_rolled_back_past_a_switch_is_refused_with_the_remedy(tmp_path: Pat
     from foldstream.preflight import kept_projections
     from foldstream.settings import Settings
 
-    settings = Settings(service="shop", state_dir=tmp_path)
-    both = Service(
-        name="shop",
-        aggregates={"product": Product},
-        projections=[
-            EventProjection("stock", fold_stock),
-            EventProjection("stock", fold_stock, version=2),
-        ],
-    )
-    only_v1 = Service(
-        name="shop",
-        aggregates={"product": Product},
-        projections=[EventProjection("stock", fold_stock)],
-    )
+    settings = Settings(service="versioned", state_dir=tmp_path)
+    both, only_v1 = versioned.after, versioned.before
     _switch(tmp_path).marks.retire("stock")
     assert [p.store for p in kept_projections(both, settings)] == ["stock.v2"]
     with pytest.raises(ConfigurationError, match="Declare that newer version again"):
