@@ -64,7 +64,6 @@ class StandbyReplicas:
         self._replicas: dict[tuple[str, int], _Replica] = {}
         self._lock = threading.RLock()
         self._stopping = threading.Event()
-        self._holding = threading.Event()  # set while any copy is kept (or when closing)
         self._on_error = on_error
         self._waiting = False  # a copy waits to retry after a failure
         config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
@@ -105,10 +104,6 @@ class StandbyReplicas:
             ]
         )
         self._waiting = any(not r.backoff.due(now) for r in self._replicas.values())
-        if self._replicas or self._stopping.is_set():
-            self._holding.set()
-        else:
-            self._holding.clear()
 
     def release(self, keys: Iterable[tuple[str, int]]) -> None:
         """Stop keeping ``keys`` and close their copies, so another writer may open them."""
@@ -163,9 +158,7 @@ class StandbyReplicas:
                 log.exception("standby replication could not fetch; retrying")
                 self._stopping.wait(1.0)
                 continue
-            if not self._holding.is_set():
-                self._holding.wait()  # no copy to keep: asleep until one is assigned
-            elif not messages:
+            if not messages:
                 self._stopping.wait(0.01)
 
     def _apply(self, messages: list[Any]) -> None:
@@ -266,7 +259,6 @@ class StandbyReplicas:
 
     def close(self) -> None:
         self._stopping.set()
-        self._holding.set()
         self._thread.join(timeout=5)
         with self._lock:
             for key in list(self._replicas):
