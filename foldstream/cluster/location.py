@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from foldstream.changelog import StoreLayout
 from foldstream.cluster.handover import CommandPartitions, Handover, Projections
 from foldstream.cluster.lag import LagMeter, partition_lag, unmeasured
 from foldstream.cluster.map import ClusterMap
@@ -38,7 +37,6 @@ class Location:
         lag: LagMeter,
         url: str,
         topics: Mapping[str, int],
-        stores: Mapping[str, StoreLayout],
         store_info: Mapping[str, dict[str, Any]],
         projections: Projections,
         commands: CommandPartitions | None,
@@ -51,7 +49,6 @@ class Location:
         self.lag = lag
         self.url = url
         self.topics = dict(topics)
-        self.stores = dict(stores)
         self.store_info = dict(store_info)
         self._projections = projections
         self._commands = commands

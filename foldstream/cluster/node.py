@@ -113,8 +113,8 @@ class ClusterNode:
             ends=ends,
             versions=self.versions,
         )
-        self.location = self._location(stores, topics, store_info, projections, commands)
-        self.leader = self._leader(stores, topics)
+        self.location = self._location(topics, store_info, projections, commands)
+        self.leader = self._leader(topics)
         self.heartbeat = Heartbeat(self.map, self.state, on_pause=self._paused)
         self._upkeep = threading.Thread(
             target=self._upkeep_loop, name="cluster-upkeep", daemon=True
@@ -126,7 +126,6 @@ class ClusterNode:
 
     def _location(
         self,
-        stores: Mapping[str, StoreLayout],
         topics: Mapping[str, int],
         store_info: Mapping[str, dict[str, Any]],
         projections: Projections,
@@ -141,7 +140,6 @@ class ClusterNode:
             lag=self.lag,
             url=settings.url,
             topics=topics,
-            stores=stores,
             store_info=store_info,
             projections=projections,
             commands=commands,
@@ -149,7 +147,7 @@ class ClusterNode:
             ready_max_lag=settings.ready_max_lag,
         )
 
-    def _leader(self, stores: Mapping[str, StoreLayout], topics: Mapping[str, int]) -> Leader:
+    def _leader(self, topics: Mapping[str, int]) -> Leader:
         """The role this member plays while it leads: planning and publishing assignments."""
         settings = self.settings
         return Leader(
