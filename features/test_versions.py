@@ -281,3 +281,120 @@ def restarted(deployment: Deployment) -> None:
         status, body = http("GET", f"{member.url}/stores/stock/keys/sku-{n}")
         expected = {"on_hand": 8, "moves": 4} if n == 3 else v2(n)
         assert (status, body.get("value")) == (200, expected), body
+
+
+# -- rebuilding version 2 on demand ------------------------------------------------------------
+
+#: Version 2's topics, which go once its rebuild answers.
+V2_TOPICS = ("versioned.stock.v2.changelog", "versioned.stock.v2.dlq")
+REBUILT = "stock.v2.r1"
+
+
+def rebuilt_value(n: int) -> dict[str, int]:
+    """Version 2's value of ``sku-n`` after the command of the scenario (the rebuild folds the
+    same)."""
+    return {"on_hand": 8, "moves": 4} if n == 3 else v2(n)
+
+
+def _ranked_states(member: InstanceProcess) -> dict[tuple[int, int], str]:
+    versions = _stores(member)["stock"]["versions"]
+    return {(v["version"], v["generation"]): v["state"] for v in versions}
+
+
+@when("every product is looked up continuously again through both instances")
+def look_up_again(deployment: Deployment) -> None:
+    deployment.answers = []
+    deployment.stop_load.clear()
+    look_up(deployment)
+    wait_until(lambda: len(deployment.answers) >= PRODUCTS, lambda: "no lookups")
+
+
+@when(parsers.parse('"foldstream rebuild" is run for "{store}"'), target_fixture="rebuild_run")
+def run_rebuild(deployment: Deployment, store: str) -> subprocess.CompletedProcess[str]:
+    foldstream = Path(sys.executable).with_name("foldstream")
+    command = [str(foldstream), "rebuild", deployment.members[1].url, store]
+    return subprocess.run(
+        [*command, "--timeout", str(SWITCH_S)],
+        capture_output=True,
+        text=True,
+        timeout=SWITCH_S + 60,
+    )
+
+
+@then("it follows the rebuild until version 2 rebuild 1 answers, and exits 0")
+def rebuild_followed(rebuild_run: subprocess.CompletedProcess[str]) -> None:
+    out = rebuild_run.stdout
+    assert rebuild_run.returncode == 0, out + rebuild_run.stderr
+    assert "rebuilding version 2 of 'stock' as generation 1" in out, out
+    assert "version 2 rebuild 1 answers 'stock'" in out, out
+
+
+@then(
+    'GET /stores shows version 2 rebuild 1 of "stock" serving and version 2 retired, on both '
+    "instances"
+)
+def rebuilt(deployment: Deployment) -> None:
+    wanted = {(1, 0): "retired", (2, 0): "retired", (2, 1): "serving"}
+    for member in deployment.members:
+        wait_until(
+            lambda member=member: _ranked_states(member) == wanted,
+            lambda member=member: f"{member.url}/stores: {_stores(member)['stock']}",
+            timeout=SWITCH_S,
+        )
+        stock = _stores(member)["stock"]
+        assert (stock["version"], stock["generation"]) == (2, 1), stock
+
+
+@then("every lookup during the rebuild answered 200 with version 2's value")
+def rebuild_answers(deployment: Deployment) -> None:
+    switched_at = len(deployment.answers)
+    wait_until(
+        lambda: len(deployment.answers) >= switched_at + 4 * PRODUCTS,
+        lambda: "too few lookups after the rebuild",
+    )
+    deployment.stop_load.set()
+    assert deployment.load is not None
+    deployment.load.join(timeout=30)
+    answers = deployment.answers
+    wrong = [a for a in answers if a.status != 200 or a.value != rebuilt_value(a.key)]
+    assert not wrong, f"{len(wrong)} of {len(answers)} answers wrong or missing: {wrong[:5]}"
+
+
+@then("version 2's changelog and dead-letter topics and state directories are gone")
+def version_2_gone(deployment: Deployment) -> None:
+    admin = admin_client(deployment.bootstrap)
+    wait_until(
+        lambda: all(topic_partitions(admin, t) is None for t in V2_TOPICS),
+        lambda: f"{[t for t in V2_TOPICS if topic_partitions(admin, t) is not None]} remain",
+    )
+    for member in deployment.members:
+        state = member.state_dir
+        wait_until(
+            lambda state=state: not (state / "stores" / "stock.v2").exists(),
+            lambda state=state: f"{state / 'stores' / 'stock.v2'} remains",
+        )
+        assert (state / "stores" / REBUILT).is_dir()
+        assert (state / "retired" / "stock.v2").exists()
+
+
+@when("the other instance is restarted")
+def restart_other(deployment: Deployment) -> None:
+    deployment.members[1].stop()
+    deployment.members[1] = deployment.start(AFTER, 2)
+    deployment.members[1].wait_ready(timeout=300)
+
+
+@then(
+    'it answers "stock" with version 2 rebuild 1 at once, and version 2\'s topics are not '
+    "created again"
+)
+def restarted_rebuilt(deployment: Deployment) -> None:
+    member = deployment.members[1]
+    stock = _stores(member)["stock"]
+    assert (stock["version"], stock["generation"]) == (2, 1), stock
+    admin = admin_client(deployment.bootstrap)
+    assert all(topic_partitions(admin, t) is None for t in V2_TOPICS)
+    wait_cluster_stable(deployment.members, timeout=300)
+    for n in range(PRODUCTS):
+        status, body = http("GET", f"{member.url}/stores/stock/keys/sku-{n}")
+        assert (status, body.get("value")) == (200, rebuilt_value(n)), body
