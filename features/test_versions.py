@@ -208,14 +208,7 @@ def switched(deployment: Deployment) -> None:
 )
 def no_wrong_answer(deployment: Deployment) -> None:
     switched_at = len(deployment.answers)
-    wait_until(
-        lambda: len(deployment.answers) >= switched_at + 4 * PRODUCTS,
-        lambda: "too few lookups after the switch",
-    )
-    deployment.stop_load.set()
-    assert deployment.load is not None
-    deployment.load.join(timeout=30)
-    answers = deployment.answers
+    answers = _stop_load_after(deployment, 4 * PRODUCTS)
     wrong = [a for a in answers if a.status != 200 or a.value not in (v1(a.key), v2(a.key))]
     assert not wrong, f"{len(wrong)} of {len(answers)} answers wrong or missing: {wrong[:5]}"
     new_seen: set[str | None] = set()
@@ -229,21 +222,36 @@ def no_wrong_answer(deployment: Deployment) -> None:
     assert len(new_seen) == 2, f"version 2 answered by {new_seen} only"
 
 
+def _stop_load_after(deployment: Deployment, more: int) -> list[Answer]:
+    """Every answer of the lookup load, stopped once ``more`` answers came after now."""
+    now = len(deployment.answers)
+    wait_until(lambda: len(deployment.answers) >= now + more, lambda: "too few lookups")
+    deployment.stop_load.set()
+    assert deployment.load is not None
+    deployment.load.join(timeout=30)
+    return deployment.answers
+
+
 @then("version 1's changelog and dead-letter topics and state directories are gone")
 def old_version_gone(deployment: Deployment) -> None:
+    _replaced(deployment, "stock", OLD_TOPICS, "stock.v2")
+
+
+def _replaced(deployment: Deployment, old: str, topics: tuple[str, ...], new: str) -> None:
+    """Store ``old``'s ``topics`` and directories are gone, marked retired; ``new``'s are kept."""
     admin = admin_client(deployment.bootstrap)
     wait_until(
-        lambda: all(topic_partitions(admin, t) is None for t in OLD_TOPICS),
-        lambda: f"{[t for t in OLD_TOPICS if topic_partitions(admin, t) is not None]} remain",
+        lambda: all(topic_partitions(admin, t) is None for t in topics),
+        lambda: f"{[t for t in topics if topic_partitions(admin, t) is not None]} remain",
     )
     for member in deployment.members:
         state = member.state_dir
         wait_until(
-            lambda state=state: not (state / "stores" / "stock").exists(),
-            lambda state=state: f"{state / 'stores' / 'stock'} remains",
+            lambda state=state: not (state / "stores" / old).exists(),
+            lambda state=state: f"{state / 'stores' / old} remains",
         )
-        assert (state / "stores" / "stock.v2").is_dir()
-        assert (state / "retired" / "stock").exists()
+        assert (state / "stores" / new).is_dir()
+        assert (state / "retired" / old).exists()
 
 
 @when(parsers.parse('product "sku-3" is sent "receive_shipment" with quantity 5'))
@@ -347,34 +355,14 @@ def rebuilt(deployment: Deployment) -> None:
 
 @then("every lookup during the rebuild answered 200 with version 2's value")
 def rebuild_answers(deployment: Deployment) -> None:
-    switched_at = len(deployment.answers)
-    wait_until(
-        lambda: len(deployment.answers) >= switched_at + 4 * PRODUCTS,
-        lambda: "too few lookups after the rebuild",
-    )
-    deployment.stop_load.set()
-    assert deployment.load is not None
-    deployment.load.join(timeout=30)
-    answers = deployment.answers
+    answers = _stop_load_after(deployment, 4 * PRODUCTS)
     wrong = [a for a in answers if a.status != 200 or a.value != rebuilt_value(a.key)]
     assert not wrong, f"{len(wrong)} of {len(answers)} answers wrong or missing: {wrong[:5]}"
 
 
 @then("version 2's changelog and dead-letter topics and state directories are gone")
 def version_2_gone(deployment: Deployment) -> None:
-    admin = admin_client(deployment.bootstrap)
-    wait_until(
-        lambda: all(topic_partitions(admin, t) is None for t in V2_TOPICS),
-        lambda: f"{[t for t in V2_TOPICS if topic_partitions(admin, t) is not None]} remain",
-    )
-    for member in deployment.members:
-        state = member.state_dir
-        wait_until(
-            lambda state=state: not (state / "stores" / "stock.v2").exists(),
-            lambda state=state: f"{state / 'stores' / 'stock.v2'} remains",
-        )
-        assert (state / "stores" / REBUILT).is_dir()
-        assert (state / "retired" / "stock.v2").exists()
+    _replaced(deployment, "stock.v2", V2_TOPICS, REBUILT)
 
 
 @when("the other instance is restarted")

@@ -35,6 +35,11 @@ from foldstream.serve_options import (
 )
 from foldstream.serving import HttpServer
 
+InstanceUrl = Annotated[
+    str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
+]
+DeclaredStore = Annotated[str, typer.Argument(help="the store, as declared")]
+
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
 
@@ -161,9 +166,7 @@ def demo(
 
 @cli.command()
 def status(
-    url: Annotated[
-        str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
-    ],
+    url: InstanceUrl,
     token: Annotated[
         str | None,
         typer.Option(help="bearer token, when queries need one", envvar="FOLDSTREAM_AUTH_TOKEN"),
@@ -178,10 +181,8 @@ def status(
 
 @cli.command()
 def versions(
-    url: Annotated[
-        str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
-    ],
-    store: Annotated[str, typer.Argument(help="the store, as declared")],
+    url: InstanceUrl,
+    store: DeclaredStore,
     token: Annotated[
         str | None,
         typer.Option(help="bearer token, when queries need one", envvar="FOLDSTREAM_AUTH_TOKEN"),
@@ -197,10 +198,8 @@ def versions(
 
 @cli.command()
 def rebuild(
-    url: Annotated[
-        str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
-    ],
-    store: Annotated[str, typer.Argument(help="the store, as declared")],
+    url: InstanceUrl,
+    store: DeclaredStore,
     token: Annotated[
         str | None,
         typer.Option(help="bearer token, as for commands", envvar="FOLDSTREAM_AUTH_TOKEN"),
