@@ -4,6 +4,7 @@ runs, with their layouts and topics."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from foldstream.changelog import StoreLayout
@@ -18,6 +19,27 @@ from foldstream.topics import store_topics
 
 if TYPE_CHECKING:
     from foldstream.projections.runner import ProjectionRunner
+
+
+class QueryStores(Mapping[str, str]):
+    """``{query name: store}`` of every store of ``catalog`` (the projections' query names,
+    :func:`~foldstream.projections.runner.query_name`), as the catalog is now."""
+
+    def __init__(self, catalog: Mapping[str, object], service: str) -> None:
+        self.catalog = catalog
+        self.prefix = f"{service}."
+
+    def __getitem__(self, query: str) -> str:
+        store = query.removeprefix(self.prefix)
+        if store == query or store not in self.catalog:
+            raise KeyError(query)
+        return store
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.prefix + store for store in list(self.catalog))
+
+    def __len__(self) -> int:
+        return len(self.catalog)
 
 
 def every_projection(service: Service, settings: Settings) -> list[Projection]:

@@ -32,7 +32,7 @@ from foldstream.commands.ownership import CommandPartitions
 from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.dashboard import dashboard_routes
 from foldstream.direct_routes import DirectRoutes
-from foldstream.generations import ServiceGenerations
+from foldstream.generations import QueryStores, ServiceGenerations
 from foldstream.http_input import InputLimits
 from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
@@ -40,7 +40,7 @@ from foldstream.offsets import EndOffsets
 from foldstream.openapi import openapi_document, store_reads
 from foldstream.preflight import kept_projections, prepare, store_layouts
 from foldstream.projections.graph import is_hidden
-from foldstream.projections.runner import ProjectionRunner, query_name
+from foldstream.projections.runner import ProjectionRunner
 from foldstream.projections.versions import logical_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
@@ -278,9 +278,7 @@ class Instance:
         settings = self.settings
         spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
         stack.callback(spark.stop)
-        stores_of = {
-            query_name(settings.service, p.store): p.store for p in self.service.projections
-        }
+        stores_of = QueryStores(self.catalog, settings.service)  # rebuilds' queries too
         unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
         stack.callback(unlisten)
         runner = ProjectionRunner(

@@ -18,7 +18,7 @@ from foldstream.auth import RequireCredentials
 from foldstream.broker import EmbeddedBroker
 from foldstream.changelog import StoreCatalog, StoreLayout
 from foldstream.cluster.map import ClusterMap
-from foldstream.cluster.rebuilds import RebuildRefused, Rebuilds, rebuilt_stores
+from foldstream.cluster.rebuilds import RebuildConflict, RebuildRefused, Rebuilds, rebuilt_stores
 from foldstream.cluster.records import InvalidRecord, RebuildRequest, rebuild_key
 from foldstream.cluster.versions import VersionSwitch
 from foldstream.errors import StoreNotFound
@@ -215,11 +215,13 @@ def test_a_request_names_the_next_generation_of_the_version_answering(
     assert (asked.version, asked.generation) == (1, 1)
     wait_until(lambda: rebuilds.map.rebuilds().get("stock") == asked, lambda: "not published")
     assert rebuilds.wanted(asked) == "stock.v1.r1"
-    assert rebuilds.request("stock").generation == 2  # the one asked for counts
+    with pytest.raises(RebuildConflict):  # asked for, not added yet: being built
+        rebuilds.request("stock")
     stale = RebuildRequest(store="stock", version=1, generation=1)
     (rebuilds.state_dir / "retired").mkdir()
     (rebuilds.state_dir / "retired" / "stock.v1.r1").touch()
     assert rebuilds.wanted(stale) is None  # retired here: never built again
+    assert rebuilds.request("stock").generation == 2  # the next after the one asked for
 
 
 def test_the_route_validates_its_input(rebuilds: Rebuilds) -> None:
@@ -303,3 +305,15 @@ def test_a_generation_is_switched_to_once_live_and_replaces_its_version(tmp_path
     )
     assert again.serving("stock") == "stock.v1.r1"
     assert [v.state for v in again.describe("stock")] == ["retired", "serving"]
+
+
+def test_the_progress_of_a_generation_query_is_recorded_under_its_store() -> None:
+    from foldstream.generations import QueryStores
+    from foldstream.projections.runner import query_name
+
+    catalog = StoreCatalog({"stock": StoreLayout(EVENTS, "c")})
+    stores = QueryStores(catalog, "shop")
+    catalog.add("stock.v1.r1", StoreLayout(EVENTS, "c1"))
+    assert stores.get(query_name("shop", "stock.v1.r1")) == "stock.v1.r1"
+    assert stores.get("other.stock") is None and stores.get("shop.nope") is None
+    assert dict(stores) == {"shop.stock": "stock", "shop.stock.v1.r1": "stock.v1.r1"}

@@ -20,6 +20,7 @@ here and is counted as invalid; one for a generation retired here is not built a
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: Under the state directory: one empty file per rebuild generation this member added.
 REBUILDS_DIR = "rebuilds"
+#: How long after a failure to add a generation (its topics, its query) it is tried again.
+RETRY_S = 10.0
 
 
 class RebuildRefused(FoldstreamError):
@@ -99,6 +102,7 @@ class Rebuilds:
         self.generations = generations
         self.invalid = 0  # requests ignored as invalid
         self._done: set[RebuildRequest] = set()
+        self._retry_at: dict[RebuildRequest, float] = {}  # failed to add: tried again then
 
     def request(self, store: str) -> RebuildRequest:
         """Ask every member to rebuild the version of ``store`` (a declared name) that answers
@@ -108,12 +112,7 @@ class Rebuilds:
             raise StoreNotFound(
                 f"no store named {store!r}; stores: {sorted(self.versions.versions)}"
             )
-        building = [v for v in self.versions.describe(store) if v.state == "building"]
-        if building:
-            raise RebuildConflict(
-                f"store {store!r} is building version {building[-1].version} already: follow it "
-                "with `foldstream versions URL STORE` and ask again once it answers"
-            )
+        self._check_not_building(store)
         serving = self.versions.serving(store)
         reason = self.generations.refusal(serving)
         if reason is not None:
@@ -134,11 +133,32 @@ class Rebuilds:
         log.info("rebuild of %s requested", generation_name(store, version, generation))
         return request
 
+    def _check_not_building(self, store: str) -> None:
+        """:class:`RebuildConflict` while a newer version of ``store`` is built, or while a
+        rebuild of the version answering was asked for and is not listed here yet."""
+        serving = self.versions.serving(store)
+        building = [v.version for v in self.versions.describe(store) if v.state == "building"]
+        asked = self.map.rebuilds().get(store)
+        if asked is not None:
+            name = generation_name(store, asked.version, asked.generation)
+            if (
+                asked.version == version_of(serving)
+                and rank(name) > rank(serving)
+                and not (self.state_dir / RETIRED_DIR / name).exists()
+            ):
+                building.append(asked.version)
+        if building:
+            raise RebuildConflict(
+                f"store {store!r} is building version {building[-1]} already: follow it with "
+                "`foldstream versions URL STORE` and ask again once it answers"
+            )
+
     def follow(self) -> None:
         """Add each generation requested and not added yet, and hold the copies of added ones
         on the partitions served here."""
+        now = time.monotonic()
         for request in self.map.rebuilds().values():
-            if request in self._done:
+            if request in self._done or self._retry_at.get(request, 0.0) > now:
                 continue
             try:
                 name = self.wanted(request)
@@ -147,7 +167,13 @@ class Rebuilds:
             except (RebuildRefused, StoreNotFound) as exc:
                 self.invalid += 1
                 log.warning("ignoring a request to rebuild %s: %s", request.store, exc)
-            self._done.add(request)  # else (topics not created): tried again next round
+            except Exception:  # noqa: BLE001 - e.g. its topics not created: tried again
+                self._retry_at[request] = now + RETRY_S
+                log.exception(
+                    "adding a rebuild of %s failed; trying again in %.0fs", request.store, RETRY_S
+                )
+                continue
+            self._done.add(request)
         self.hold_added()
 
     def wanted(self, request: RebuildRequest) -> str | None:
