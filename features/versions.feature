@@ -23,7 +23,11 @@ Feature: A changed fold is built beside the version answering, and answers once 
     When one instance is restarted
     Then it answers "stock" with version 2 at once, and version 1's topics are not created again
     When every product is looked up continuously again through both instances
-    And "foldstream rebuild" is run for "stock"
+    Then "foldstream rebuild" of store "nope" exits 2 with one error line naming it
+    When version 2's fold is held back again
+    And "foldstream rebuild" is started for "stock"
+    Then GET /stores shows version 2 rebuild 1 of "stock" building and version 2 serving, on both instances
+    When the rebuild is let build
     Then it follows the rebuild until version 2 rebuild 1 answers, and exits 0
     And GET /stores shows version 2 rebuild 1 of "stock" serving and version 2 retired, on both instances
     And every lookup during the rebuild answered 200 with version 2's value
