@@ -4,7 +4,7 @@ Feature: Queries read the stores; unknown stores and keys answer 404
   alive and caught up.
 
   Scenario: The stores are listed with their partitions, partitioner, kind and versions
-    Then GET "/stores" answers 200 with {"stores": [{"name": "stock", "partitions": 4, "partitioner": "murmur2", "kind": "point", "version": 1, "versions": [{"version": 1, "state": "serving", "folded": null, "behind": null, "total": null}]}, {"name": "sales_10m", "partitions": 4, "partitioner": "murmur2", "kind": "windowed", "version": 1, "versions": [{"version": 1, "state": "serving", "folded": null, "behind": null, "total": null}]}]}
+    Then GET "/stores" answers 200 with {"stores": [{"name": "stock", "partitions": 4, "partitioner": "murmur2", "kind": "point", "version": 1, "generation": 0, "versions": [{"version": 1, "state": "serving", "folded": null, "behind": null, "total": null, "generation": 0}]}, {"name": "sales_10m", "partitions": 4, "partitioner": "murmur2", "kind": "windowed", "version": 1, "generation": 0, "versions": [{"version": 1, "state": "serving", "folded": null, "behind": null, "total": null, "generation": 0}]}]}
 
   Scenario: A running instance is alive and ready
     Then GET "/health" answers 200 with {"status": "alive"}

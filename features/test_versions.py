@@ -7,87 +7,36 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pytest_bdd import given, parsers, scenarios, then, when
 
+from features.steps.versioned_cluster import (
+    AFTER,
+    BEFORE,
+    OLD_TOPICS,
+    PRODUCTS,
+    SWITCH_S,
+    Deployment,
+    replaced,
+    start_load,
+    states_of,
+    stop_load_after,
+    stores_of,
+    v1,
+    v2,
+)
 from foldstream.broker import EmbeddedBroker
 from foldstream.kafka_client import admin_client
 from foldstream.kafka_topics import topic_partitions
-from foldstream.process import InstanceProcess, http, wait_cluster_stable
+from foldstream.process import http, wait_cluster_stable
 from foldstream.testing.scenario import wait_until
-from foldstream.testing.versioned import GATE_ENV
 from foldstream.tokens import PARAM
 
 scenarios("versions.feature")
-
-BEFORE = "foldstream.testing.versioned:before"
-AFTER = "foldstream.testing.versioned:after"
-PRODUCTS = 24
-PARTITIONS = 4
-#: Version 1's topics, which go once it is retired.
-OLD_TOPICS = ("versioned.stock.changelog", "versioned.stock.dlq")
-SWITCH_S = 180.0  # building version 2 on a loaded machine: Spark micro-batches on 2 cores
-
-
-def v1(n: int) -> dict[str, int]:
-    """Version 1's value of product ``sku-n`` (shipped n + 1, sold 1)."""
-    return {"on_hand": n}
-
-
-def v2(n: int) -> dict[str, int]:
-    """Version 2's: its events are its creation, the shipment and the sale."""
-    return {"on_hand": n, "moves": 3}
-
-
-@dataclass
-class Answer:
-    key: int
-    status: int
-    value: Any
-    instance: str | None
-
-
-@dataclass
-class Deployment:
-    root: Path
-    bootstrap: str
-    gate: Path
-    members: list[InstanceProcess] = field(default_factory=list)
-    answers: list[Answer] = field(default_factory=list)
-    stop_load: threading.Event = field(default_factory=threading.Event)
-    load: threading.Thread | None = None
-    token: str = ""
-
-    def start(self, service: str, n: int) -> InstanceProcess:
-        member = InstanceProcess(
-            bootstrap=self.bootstrap,
-            state_dir=self.root / f"member-{n}",
-            service=service,
-            partitions=PARTITIONS,
-            env={GATE_ENV: str(self.gate)},
-        )
-        return member.start()
-
-    def deploy(self, service: str) -> None:
-        for member in self.members:
-            member.stop()
-        self.members = [self.start(service, n) for n in (1, 2)]
-        wait_cluster_stable(self.members, timeout=300)
-
-    def close(self) -> None:
-        self.stop_load.set()
-        if self.load is not None:
-            self.load.join(timeout=30)
-        self.gate.touch()  # no fold left waiting
-        for member in self.members:
-            member.stop()
 
 
 @pytest.fixture
@@ -100,28 +49,6 @@ def deployment(
         yield running
     finally:
         running.close()
-
-
-def _look_up_continuously(deployment: Deployment) -> None:
-    n = 0
-    while not deployment.stop_load.is_set():
-        member = deployment.members[n % 2]
-        key = n % PRODUCTS
-        status, body = http("GET", f"{member.url}/stores/stock/keys/sku-{key}", timeout=10)
-        served_by = body.get("served_by", {}) if isinstance(body, dict) else {}
-        value = body.get("value") if isinstance(body, dict) else body
-        deployment.answers.append(Answer(key, status, value, served_by.get("instance")))
-        n += 1
-
-
-def _stores(member: InstanceProcess) -> dict[str, Any]:
-    status, body = http("GET", f"{member.url}/stores")
-    assert status == 200, body
-    return {s["name"]: s for s in body["stores"]}
-
-
-def _states(member: InstanceProcess) -> dict[int, str]:
-    return {v["version"]: v["state"] for v in _stores(member)["stock"]["versions"]}
 
 
 @given("a cluster of 2 instances of the service's first deployment, with 24 products moved")
@@ -152,16 +79,15 @@ def second_deployment(deployment: Deployment) -> None:
 
 @when("every product is looked up continuously through both instances")
 def look_up(deployment: Deployment) -> None:
-    deployment.load = threading.Thread(target=_look_up_continuously, args=(deployment,))
-    deployment.load.start()
+    start_load(deployment)
 
 
 @then('GET /stores shows version 1 of "stock" serving and version 2 building')
 def building(deployment: Deployment) -> None:
     for member in deployment.members:
-        stock = _stores(member)["stock"]
+        stock = stores_of(member)["stock"]
         assert stock["version"] == 1, stock
-        assert _states(member) == {1: "serving", 2: "building"}, stock
+        assert states_of(member) == {1: "serving", 2: "building"}, stock
 
 
 @then("the lookups answer version 1's values")
@@ -195,11 +121,11 @@ def watched(deployment: Deployment) -> None:
 def switched(deployment: Deployment) -> None:
     for member in deployment.members:
         wait_until(
-            lambda member=member: _states(member) == {1: "retired", 2: "serving"},
-            lambda member=member: f"{member.url}/stores: {_stores(member)['stock']}",
+            lambda member=member: states_of(member) == {1: "retired", 2: "serving"},
+            lambda member=member: f"{member.url}/stores: {stores_of(member)['stock']}",
             timeout=SWITCH_S,
         )
-        assert _stores(member)["stock"]["version"] == 2
+        assert stores_of(member)["stock"]["version"] == 2
 
 
 @then(
@@ -208,14 +134,7 @@ def switched(deployment: Deployment) -> None:
 )
 def no_wrong_answer(deployment: Deployment) -> None:
     switched_at = len(deployment.answers)
-    wait_until(
-        lambda: len(deployment.answers) >= switched_at + 4 * PRODUCTS,
-        lambda: "too few lookups after the switch",
-    )
-    deployment.stop_load.set()
-    assert deployment.load is not None
-    deployment.load.join(timeout=30)
-    answers = deployment.answers
+    answers = stop_load_after(deployment, 4 * PRODUCTS)
     wrong = [a for a in answers if a.status != 200 or a.value not in (v1(a.key), v2(a.key))]
     assert not wrong, f"{len(wrong)} of {len(answers)} answers wrong or missing: {wrong[:5]}"
     new_seen: set[str | None] = set()
@@ -231,19 +150,7 @@ def no_wrong_answer(deployment: Deployment) -> None:
 
 @then("version 1's changelog and dead-letter topics and state directories are gone")
 def old_version_gone(deployment: Deployment) -> None:
-    admin = admin_client(deployment.bootstrap)
-    wait_until(
-        lambda: all(topic_partitions(admin, t) is None for t in OLD_TOPICS),
-        lambda: f"{[t for t in OLD_TOPICS if topic_partitions(admin, t) is not None]} remain",
-    )
-    for member in deployment.members:
-        state = member.state_dir
-        wait_until(
-            lambda state=state: not (state / "stores" / "stock").exists(),
-            lambda state=state: f"{state / 'stores' / 'stock'} remains",
-        )
-        assert (state / "stores" / "stock.v2").is_dir()
-        assert (state / "retired" / "stock").exists()
+    replaced(deployment, "stock", OLD_TOPICS, "stock.v2")
 
 
 @when(parsers.parse('product "sku-3" is sent "receive_shipment" with quantity 5'))
@@ -272,8 +179,8 @@ def restart_one(deployment: Deployment) -> None:
 @then('it answers "stock" with version 2 at once, and version 1\'s topics are not created again')
 def restarted(deployment: Deployment) -> None:
     member = deployment.members[0]
-    stock = _stores(member)["stock"]
-    assert stock["version"] == 2 and _states(member) == {1: "retired", 2: "serving"}, stock
+    stock = stores_of(member)["stock"]
+    assert stock["version"] == 2 and states_of(member) == {1: "retired", 2: "serving"}, stock
     admin = admin_client(deployment.bootstrap)
     assert all(topic_partitions(admin, t) is None for t in OLD_TOPICS)
     wait_cluster_stable(deployment.members, timeout=300)

@@ -134,6 +134,20 @@ class StoreVersion(_Answer):
     folded: int | None = Field(default=None, description="offsets its active copies folded")
     behind: int | None = Field(default=None, description="offsets they have still to fold")
     total: int | None = Field(default=None, description="the source topic's end offsets")
+    generation: int = Field(
+        default=0,
+        description="0: the version as first built; else its rebuild generation (`foldstream "
+        "rebuild`), ranked after the version and its earlier generations",
+    )
+
+
+class RebuildAnswer(_Answer):
+    """202 of ``POST /stores/{store}/rebuilds``: the generation every instance builds now
+    beside the one answering (follow it with ``foldstream versions URL STORE``)."""
+
+    store: str
+    version: int = Field(description="the version rebuilt: the one answering when asked")
+    generation: int = Field(description="the new generation's number")
 
 
 class StoreEntry(_Answer):
@@ -146,6 +160,9 @@ class StoreEntry(_Answer):
         "key's windows",
     )
     version: int = Field(default=1, description="the version answering the store's queries")
+    generation: int = Field(
+        default=0, description="the rebuild generation of that version answering (0: none)"
+    )
     versions: list[StoreVersion] = Field(default_factory=list)
 
 

@@ -37,8 +37,9 @@ ASGIApp = Callable[..., Any]
 class RequireCredentials:
     """Answers 401 to a protected request unless ``check(request)`` (sync or async) is true.
 
-    Protected: ``/commands/...`` always, every other path when ``queries`` is true, never one
-    of ``open_paths`` (exact paths) nor the pages' files (:func:`is_page_file`).
+    Protected: ``/commands/...`` and ``/stores/{store}/rebuilds`` always, every other path
+    when ``queries`` is true, never one of ``open_paths`` (exact paths) nor the pages' files
+    (:func:`is_page_file`).
     """
 
     def __init__(
@@ -64,7 +65,7 @@ class RequireCredentials:
     def protects(self, path: str) -> bool:
         if path in self.open_paths or is_page_file(path):
             return False
-        return self.queries or path.startswith("/commands/")
+        return self.queries or path.startswith("/commands/") or is_rebuild(path)
 
     async def __call__(self, scope: dict[str, Any], receive: ASGIApp, send: ASGIApp) -> None:
         if scope["type"] == "http" and self.protects(scope["path"]):
@@ -78,6 +79,11 @@ class RequireCredentials:
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
+
+
+def is_rebuild(path: str) -> bool:
+    """Whether ``path`` asks for a rebuild (protected as commands are)."""
+    return path.startswith("/stores/") and path.rstrip("/").endswith("/rebuilds")
 
 
 def is_page_file(path: str) -> bool:

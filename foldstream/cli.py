@@ -1,5 +1,5 @@
-"""The ``foldstream`` command line: ``broker``, ``serve``, ``demo``, ``status``, ``versions``
-and ``new``."""
+"""The ``foldstream`` command line: ``broker``, ``serve``, ``demo``, ``status``, ``versions``,
+``rebuild`` and ``new``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ from foldstream.serve_options import (
     StateDirOption,
 )
 from foldstream.serving import HttpServer
+
+InstanceUrl = Annotated[
+    str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
+]
+DeclaredStore = Annotated[str, typer.Argument(help="the store, as declared")]
 
 cli = typer.Typer(help="foldstream: event sourcing on Kafka with queryable PySpark read models.")
 DEFAULT_SERVICE = "foldstream.examples.inventory:service"
@@ -161,9 +166,7 @@ def demo(
 
 @cli.command()
 def status(
-    url: Annotated[
-        str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
-    ],
+    url: InstanceUrl,
     token: Annotated[
         str | None,
         typer.Option(help="bearer token, when queries need one", envvar="FOLDSTREAM_AUTH_TOKEN"),
@@ -178,10 +181,8 @@ def status(
 
 @cli.command()
 def versions(
-    url: Annotated[
-        str, typer.Argument(help="any instance of the cluster, e.g. http://127.0.0.1:8000")
-    ],
-    store: Annotated[str, typer.Argument(help="the store, as declared")],
+    url: InstanceUrl,
+    store: DeclaredStore,
     token: Annotated[
         str | None,
         typer.Option(help="bearer token, when queries need one", envvar="FOLDSTREAM_AUTH_TOKEN"),
@@ -193,6 +194,23 @@ def versions(
     from foldstream.version_watch import watch_versions
 
     raise typer.Exit(watch_versions(url, store, token=token, timeout=timeout))
+
+
+@cli.command()
+def rebuild(
+    url: InstanceUrl,
+    store: DeclaredStore,
+    token: Annotated[
+        str | None,
+        typer.Option(help="bearer token, as for commands", envvar="FOLDSTREAM_AUTH_TOKEN"),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="seconds to follow the rebuild")] = 3600.0,
+) -> None:
+    """Rebuild the version of a store that answers, beside it, and show its progress until the
+    new generation answers (exit 0; 1 on timeout). See docs/concepts/versions.md."""
+    from foldstream.version_watch import rebuild as run_rebuild
+
+    raise typer.Exit(run_rebuild(url, store, token=token, timeout=timeout))
 
 
 @cli.command()

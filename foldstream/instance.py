@@ -24,7 +24,7 @@ from starlette.routing import BaseRoute, Route
 
 from foldstream import auth
 from foldstream.api_docs import api_docs_routes, foldstream_version
-from foldstream.changelog import StandbyReplicas
+from foldstream.changelog import StandbyReplicas, StoreCatalog
 from foldstream.cluster import ClusterNode
 from foldstream.commands import CommandHandler, command_arguments
 from foldstream.commands.http import command_routes
@@ -32,6 +32,7 @@ from foldstream.commands.ownership import CommandPartitions
 from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.dashboard import dashboard_routes
 from foldstream.direct_routes import DirectRoutes
+from foldstream.generations import QueryStores, ServiceGenerations
 from foldstream.http_input import InputLimits
 from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
@@ -39,10 +40,11 @@ from foldstream.offsets import EndOffsets
 from foldstream.openapi import openapi_document, store_reads
 from foldstream.preflight import kept_projections, prepare, store_layouts
 from foldstream.projections.graph import is_hidden
-from foldstream.projections.runner import ProjectionRunner, query_name
+from foldstream.projections.runner import ProjectionRunner
 from foldstream.projections.versions import logical_name
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
+from foldstream.query_api.rebuild_http import rebuild_routes
 from foldstream.query_api.stores import StoreInfo
 from foldstream.responses import error_response
 from foldstream.routing import Locator
@@ -79,8 +81,8 @@ class Instance:
         self.readers: StoreReaders | None = None
         self.node: ClusterNode | None = None
         self._prepared: dict[str, int] | None = None
-        #: The on-disk format of each store's partitions.
-        self.formats = {p.store: p.table_format for p in service.projections}
+        #: The physical stores, their layouts and formats (set at each start; gains rebuilds).
+        self.catalog = StoreCatalog()
         #: Where queries with a consistency token wait for the copies they read.
         self.applied = AppliedOffsets()
         self.metrics = InstanceMetrics(
@@ -135,6 +137,7 @@ class Instance:
                 limits=limits,
                 consistency_wait_s=settings.consistency_wait_ms / 1000,
             ),
+            *rebuild_routes(lambda: self._require(self.node).rebuilds),
             Route("/metrics", self._metrics),
             *api_docs_routes(document),
             *dashboard_routes(settings.url, limits),
@@ -183,6 +186,7 @@ class Instance:
             layout = await asyncio.to_thread(self.prepare)
         self._prepared = None  # a later start checks again
         layout = self._owned_topics(layout)
+        self.catalog = StoreCatalog(store_layouts(self.service, self.settings))
         async with contextlib.AsyncExitStack() as stack:
             host = self._open_host(stack)  # closed after the queries stopped: no task writes
             self.handler, commands = self._open_commands(stack, host)
@@ -225,7 +229,7 @@ class Instance:
             on_poison=self.metrics.observe_poison,
             on_applied=self.applied.applied,
             on_late=self.metrics.observe_late,
-            formats=self.formats,
+            formats=self.catalog.formats,
         )
         host.start()
         stack.callback(host.stop)
@@ -274,9 +278,7 @@ class Instance:
         settings = self.settings
         spark = await asyncio.to_thread(spark_session, settings.spark_master, settings.service)
         stack.callback(spark.stop)
-        stores_of = {
-            query_name(settings.service, p.store): p.store for p in self.service.projections
-        }
+        stores_of = QueryStores(self.catalog, settings.service)  # rebuilds' queries too
         unlisten = await asyncio.to_thread(listen_to_progress, spark, self.metrics, stores_of)
         stack.callback(unlisten)
         runner = ProjectionRunner(
@@ -303,8 +305,7 @@ class Instance:
         """The source topics' end trackers, the standby copies, the local copies' reader and
         the cluster node that gives this member its partitions (and publishes ``store_info``,
         the queryable stores, in the cluster map)."""
-        settings = self.settings
-        stores = store_layouts(self.service, settings)
+        settings, stores = self.settings, self.catalog
         ends = {
             topic: EndOffsets(
                 settings.bootstrap_servers,
@@ -330,7 +331,7 @@ class Instance:
             standby_read=replicas.get,
             standby_offset=replicas.applied_offset,
             standby_scan=replicas.scan,
-            formats=self.formats,
+            formats=self.catalog.formats,
         )
         stack.callback(local.close)
         node = ClusterNode(
@@ -344,6 +345,7 @@ class Instance:
             projections=runner,
             commands=commands,
             ends=ends,
+            generations=ServiceGenerations(self.service, settings, runner, layout),
         )
         await asyncio.to_thread(node.start)
         # Leaving first: the HTTP server has stopped answering, then partitions move at once

@@ -234,7 +234,7 @@ class _ProgressListener:
 
     def __init__(self, metrics: InstanceMetrics, stores: Mapping[str, str]) -> None:
         self.metrics = metrics
-        self.stores = dict(stores)
+        self.stores = stores  # not copied: it may gain stores (rebuilds)
 
     def onQueryStarted(self, event: Any) -> None:
         pass

@@ -56,6 +56,7 @@ ANSWER_MODELS: tuple[type[BaseModel], ...] = (
     models.WindowsAnswer,
     models.CommandAnswer,
     models.StoresAnswer,
+    models.RebuildAnswer,
     models.OwnersAnswer,
     models.ClusterMap,
     models.Readiness,
@@ -113,6 +114,7 @@ def openapi_document(
     for store, reads in stores.items():
         paths.update(_store_paths(store, reads, limits, query_security))
     paths.update(_instance_paths(query_security))
+    paths["/stores/{store}/rebuilds"] = {"post": _rebuild_operation(command_security)}
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -210,6 +212,30 @@ def _store_paths(
             if security is not None:
                 operation["security"] = security
     return paths
+
+
+def _rebuild_operation(security: list[Any] | None) -> dict[str, Any]:
+    """``POST /stores/{store}/rebuilds``, secured as commands are."""
+    operation: dict[str, Any] = {
+        "operationId": "rebuild",
+        "tags": ["instance"],
+        "summary": "Rebuild the version of a store that answers, beside it (docs/concepts/"
+        "versions.md)",
+        "parameters": [
+            {"name": "store", "in": "path", "required": True, "schema": {"type": "string"}}
+        ],
+        "responses": {
+            "202": _json(_ref("RebuildAnswer"), "every instance builds the new generation"),
+            "400": _error("a malformed store name, or a body"),
+            "404": _error("no such store"),
+            "409": _error("a newer version or a rebuild is being built already"),
+            "422": _error("the store cannot be rebuilt beside itself; the error names the remedy"),
+        },
+    }
+    if security is not None:
+        operation["security"] = security
+        operation["responses"]["401"] = _error("credentials missing or refused")
+    return operation
 
 
 def _key_param(limits: InputLimits) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from foldstream.changelog import StoreLayout
 from foldstream.cluster.version_cleanup import RETIRED_DIR, retired_stores
 from foldstream.errors import ConfigurationError
+from foldstream.generations import every_projection, store_layout
 from foldstream.kafka_client import configure as configure_kafka_clients
 from foldstream.projections import Projection
 from foldstream.projections.versions import logical_name
@@ -52,12 +53,13 @@ def check_state_dir(path: Path) -> None:
 
 
 def kept_projections(service: Service, settings: Settings) -> list[Projection]:
-    """The service's projections but the store versions retired in the state directory
-    (:mod:`foldstream.cluster.version_cleanup`): neither their topics nor their queries come
-    back. :class:`ConfigurationError` when every declared version of a store is retired (code
-    rolled back past a switch)."""
+    """The service's projections and its rebuild generations
+    (:func:`foldstream.generations.every_projection`) but the store versions retired in the
+    state directory (:mod:`foldstream.cluster.version_cleanup`): neither their topics nor their
+    queries come back. :class:`ConfigurationError` when every declared version of a store is
+    retired (code rolled back past a switch)."""
     retired = retired_stores(settings.state_dir)
-    kept = [p for p in service.projections if p.store not in retired]
+    kept = [p for p in every_projection(service, settings) if p.store not in retired]
     declared = {logical_name(p.store): p.store for p in service.projections}
     lost = sorted(name for name in declared if all(logical_name(p.store) != name for p in kept))
     if lost:
@@ -71,18 +73,10 @@ def kept_projections(service: Service, settings: Settings) -> list[Projection]:
 
 def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout]:
     """Each store's source and changelog topics, and its partitions' format: the projections'
-    stores (every declared version, retired ones too), and for a service with aggregates the
-    aggregate store (one more store of the events topic)."""
+    stores (every declared version and rebuild generation, retired ones too), and for a
+    service with aggregates the aggregate store (one more store of the events topic)."""
     events = settings.events_topic
-    layouts = {
-        p.store: StoreLayout(
-            p.source_topic(events),
-            settings.changelog_topic(p.store),
-            settings.on_stale_state,
-            p.table_format,
-        )
-        for p in service.projections
-    }
+    layouts = {p.store: store_layout(settings, p) for p in every_projection(service, settings)}
     if service.aggregates:
         changelog = settings.changelog_topic(AGGREGATE_STORE)
         layouts[AGGREGATE_STORE] = StoreLayout(

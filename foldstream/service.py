@@ -12,6 +12,7 @@ at module level::
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,7 +23,12 @@ from foldstream.domain import Aggregate, EventCodec, commands_of
 from foldstream.errors import ConfigurationError, StoreNotFound
 from foldstream.projections import Projection
 from foldstream.projections.graph import bind
-from foldstream.projections.versions import check_versions, named_by_version
+from foldstream.projections.versions import (
+    check_versions,
+    generation_of,
+    named_by_version,
+    version_name,
+)
 from foldstream.settings import AGGREGATE_STORE
 
 if TYPE_CHECKING:
@@ -97,9 +103,15 @@ class Service:
                 )
 
     def projection(self, store: str) -> Projection:
+        """The projection of ``store`` (a physical name); for a rebuild generation
+        (``stock.v1.r2``, :mod:`foldstream.cluster.rebuilds`) the version's own under that
+        name. :class:`StoreNotFound` when the service has none."""
         for projection in self.projections:
             if projection.store == store:
                 return projection
+        if generation_of(store) > 0:
+            rebuilt = self.projection(version_name(store))
+            return dataclasses.replace(rebuilt, store=store)  # type: ignore[type-var]
         raise StoreNotFound(
             f"no store named {store!r}; stores: {[p.store for p in self.projections]}"
         )

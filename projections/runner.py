@@ -140,6 +140,18 @@ class ProjectionRunner:
             self.queries[projection.store] = self._start(projection)
         self._supervisor.start()
 
+    def add(self, projection: Projection) -> None:
+        """Start the query of ``projection`` (a store added while the instance runs: a rebuild
+        generation), reading no partition until :meth:`run` gives it the ones held."""
+        with self._lock:
+            if self._stopping.is_set() or projection.store in self.queries:
+                return
+            write_owned(self._owned_path(projection.store), {})
+            self._owned[projection.store] = {}
+            self.queries[projection.store] = self._start(projection)
+            self.projections = [*self.projections, projection]
+        log.info("projection %s started", projection.store)
+
     def _await_first_trigger(self, query: StreamingQuery) -> None:
         """Wait (up to :attr:`start_timeout_s`) until ``query`` has run its first trigger, before
         starting the next query.

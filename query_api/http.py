@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from foldstream.errors import InvalidRequest, StoreNotFound
 from foldstream.http_input import InputLimits
-from foldstream.projections.versions import version_of
+from foldstream.projections.versions import generation_of, version_of
 from foldstream.query_api.answers import LookupAnswers, raw_path_of
 from foldstream.query_api.consistency import has_token, token_header
 from foldstream.query_api.stores import StoreReaders
@@ -151,5 +151,6 @@ def store_entry(stores: StoreReaders, name: str) -> dict[str, Any]:
         "partitioner": info.partitioner,
         "kind": info.kind,
         "version": version_of(serving),
+        "generation": generation_of(serving),
         "versions": [asdict(v) for v in stores.versions(name)],
     }

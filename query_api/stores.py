@@ -16,7 +16,7 @@ from foldstream.kafka import Partitioner, partition_for
 from foldstream.projections import Projection, WindowedAggregate
 from foldstream.projections.ordered import OrderedProjection
 from foldstream.projections.projection import StoreKind
-from foldstream.projections.versions import logical_name, version_of
+from foldstream.projections.versions import logical_name, rank, version_of
 from foldstream.state.applied import AppliedOffsets
 from foldstream.state.base import Entries
 from foldstream.state.format import ORDERED_FORMAT, TABLE_FORMAT
@@ -67,7 +67,8 @@ class StoreReaders:
     ``applied`` is where the writers of those copies say what they applied (None: a wait for
     an offset only checks the copy once).
 
-    ``stores`` holds every version of a store (:mod:`foldstream.projections.versions`);
+    ``stores`` holds every version of a store (:mod:`foldstream.projections.versions`) known
+    at the start;
     requests name a store as declared, and :meth:`serving` says which version answers them
     (``versions``; without, version 1 or the only one declared)."""
 
@@ -87,7 +88,7 @@ class StoreReaders:
         self.names: dict[str, str] = {}
         for store in self.layout:
             oldest = self.names.get(logical_name(store))
-            if oldest is None or version_of(store) < version_of(oldest):
+            if oldest is None or rank(store) < rank(oldest):
                 self.names[logical_name(store)] = store
 
     @classmethod
@@ -121,9 +122,10 @@ class StoreReaders:
         return self._versions.describe(store)
 
     def info(self, store: str) -> StoreInfo:
-        """The info of ``store``, a version :meth:`serving` named."""
+        """The info of ``store``, a version :meth:`serving` named (a rebuild generation added
+        since the start has the info of the store's other versions: all alike)."""
         try:
-            return self.layout[store]
+            return self.layout.get(store) or self.layout[self.names[logical_name(store)]]
         except KeyError:
             raise StoreNotFound(f"no store named {store!r}; stores: {sorted(self.names)}") from None
 

@@ -233,6 +233,11 @@ def test_openapi_document_says_which_paths_need_a_token() -> None:
     assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert spec["paths"]["/commands/product/{id}/sell"]["post"]["security"] == [{"bearer": []}]
     assert "security" not in spec["paths"]["/stores/stock/keys/{key}"]["get"]
+    rebuild = spec["paths"]["/stores/{store}/rebuilds"]["post"]  # secured as commands are
+    assert rebuild["security"] == [{"bearer": []}]
+    answer = rebuild["responses"]["202"]["content"]["application/json"]["schema"]
+    assert answer["$ref"].endswith("/RebuildAnswer")
+    assert "generation" in spec["components"]["schemas"]["StoreVersion"]["properties"]
     spec = document(commands=True, queries=True)
     assert spec["paths"]["/stores/stock/keys/{key}"]["get"]["security"] == [{"bearer": []}]
     assert "security" not in spec["paths"]["/ready"]["get"]

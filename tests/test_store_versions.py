@@ -115,7 +115,7 @@ def test_the_oldest_version_answers_until_a_newer_one_is_live(tmp_path: Path) ->
     switch.update({"a": caught_up}, OWNED_BY_A)
     assert switch.serving("stock") == "stock.v2"
     assert switch.counts("stock.v2") and not switch.counts("stock")
-    assert switch.published() == {"stock": 2}
+    assert switch.published() == ({"stock": 2}, {})
     # Never back, even when the new version falls behind again.
     switch.update({"a": building}, OWNED_BY_A)
     assert switch.serving("stock") == "stock.v2"
@@ -186,7 +186,7 @@ def test_a_member_answering_only_with_version_2_publishes_it(tmp_path: Path) -> 
         state_dir=tmp_path,
         hold_s=0,
     )
-    assert only.published() == {"stock": 2}
+    assert only.published() == ({"stock": 2}, {})
 
 
 def test_code_rolled_back_past_a_switch_is_refused_with_the_remedy(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ changelog's end (:mod:`.restore`) and the warm standby copies (:mod:`.standby`).
 
 from __future__ import annotations
 
+from foldstream.changelog.catalog import StoreCatalog
 from foldstream.changelog.follower import ChangelogFollower
 from foldstream.changelog.layout import StoreLayout
 from foldstream.changelog.records import (
@@ -44,6 +45,7 @@ __all__ = [
     "SOURCE_OFFSET_HEADER",
     "ChangelogFollower",
     "StandbyReplicas",
+    "StoreCatalog",
     "StoreLayout",
     "open_copy",
     "restore",

@@ -40,8 +40,10 @@ class _Replica:
 class StandbyReplicas:
     """Warm copies of store partitions this instance may take over, kept in one thread.
 
-    ``layouts`` maps each store to its topics. :meth:`assign` sets which ``(store, partition)``
-    copies to keep; :meth:`release` hands copies back (closed, flushed) before a takeover.
+    ``layouts`` maps each store to its topics (read as it is at each use: a
+    :class:`~foldstream.changelog.StoreCatalog` may gain stores). :meth:`assign` sets which
+    ``(store, partition)`` copies to keep; :meth:`release` hands copies back (closed, flushed)
+    before a takeover.
     ``on_applied(store, partition, offset)`` is called after each batch a copy applied, with the
     source offset it reached.
     """
@@ -59,8 +61,8 @@ class StandbyReplicas:
         self.bootstrap = bootstrap
         self._on_applied = on_applied
         self.state_dir = Path(state_dir)
-        self.layouts = dict(layouts)
-        self._by_topic = {layout.changelog_topic: store for store, layout in self.layouts.items()}
+        # Not copied: a catalog (:class:`~foldstream.changelog.StoreCatalog`) gains stores.
+        self.layouts = layouts
         self._replicas: dict[tuple[str, int], _Replica] = {}
         self._lock = threading.RLock()
         self._stopping = threading.Event()
@@ -165,8 +167,9 @@ class StandbyReplicas:
         by_key: dict[tuple[str, int], list[Any]] = {}
         at_end: list[tuple[tuple[str, int], int]] = []
         outside: set[tuple[str, int]] = set()
+        by_topic = {layout.changelog_topic: store for store, layout in self.layouts.items()}
         for message in messages:
-            store = self._by_topic.get(message.topic())
+            store = by_topic.get(message.topic())
             key = (store, message.partition()) if store is not None else None
             if key is None or key not in self._replicas:
                 continue  # a record fetched just before its partition was released

@@ -16,6 +16,7 @@ from foldstream.api_models import (
     OwnersAnswer,
     RangeAnswer,
     Readiness,
+    RebuildAnswer,
     StoresAnswer,
     WindowsAnswer,
 )
@@ -114,6 +115,10 @@ class AsyncFoldstreamClient:
 
     async def stores(self) -> StoresAnswer:
         return await self._run(self._core.stores)
+
+    async def rebuild(self, store: str) -> RebuildAnswer:
+        """Rebuild the version of ``store`` that answers, beside it (see the sync client)."""
+        return await self._run(lambda: self._core.rebuild(store))
 
     async def ready(self, url: str) -> Readiness:
         return await self._run(lambda: self._core.get("/ready", Readiness, url.rstrip("/")))

@@ -30,6 +30,7 @@ from foldstream.api_models import (
     OwnersAnswer,
     RangeAnswer,
     Readiness,
+    RebuildAnswer,
     StoresAnswer,
     WindowsAnswer,
 )
@@ -101,9 +102,9 @@ _ERRORS: dict[int, type[errors.ClientError]] = {
 }
 
 
-def answer(response: httpx.Response, model: type[M]) -> M:
-    """The 200 answer as ``model``, or the typed error its status means."""
-    if response.status_code == 200:
+def answer(response: httpx.Response, model: type[M], ok: int = 200) -> M:
+    """The ``ok`` (200) answer as ``model``, or the typed error its status means."""
+    if response.status_code == ok:
         try:
             return model.model_validate_json(response.content)
         except ValidationError as exc:
@@ -299,6 +300,13 @@ class ClientCore:
 
     def stores(self) -> Flow[StoresAnswer]:
         return self.get("/stores", StoresAnswer)
+
+    def rebuild(self, store: str) -> Flow[RebuildAnswer]:
+        """Ask any instance to rebuild ``store`` (202: the generation every instance builds)."""
+        yield from self.refresh()
+        url = self.router.any_instance() + _path("stores", store, "rebuilds")
+        response = yield from self.exchange(Send("POST", url, b"", idempotent=False))
+        return answer(response, RebuildAnswer, ok=202)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from foldstream.api_models import (
     OwnersAnswer,
     RangeAnswer,
     Readiness,
+    RebuildAnswer,
     StoresAnswer,
     WindowsAnswer,
 )
@@ -129,6 +130,11 @@ class FoldstreamClient:
 
     def stores(self) -> StoresAnswer:
         return self._run(self._core.stores)
+
+    def rebuild(self, store: str) -> RebuildAnswer:
+        """Rebuild the version of ``store`` that answers, beside it: the generation every
+        instance builds now (``docs/concepts/versions.md``)."""
+        return self._run(lambda: self._core.rebuild(store))
 
     def ready(self, url: str) -> Readiness:
         """``GET /ready`` of the instance at ``url``."""

@@ -81,7 +81,7 @@ class Handover:
     ) -> None:
         self.ownership = ownership
         self._map = cluster_map
-        self.stores = dict(stores)
+        self.stores = stores  # a catalog that may gain stores: not copied
         self.versions = versions
         self.local = local
         self._copies = copies
@@ -201,6 +201,43 @@ class Handover:
             unwanted = [key for key in self.local.held() if key not in wanted]
             if unwanted:
                 self.local.release(unwanted)
+
+    def hold_added(self) -> list[tuple[str, int]]:
+        """Hold the copies of stores added since this member took its partitions over (a
+        rebuild generation, :mod:`.rebuilds`) on the partitions it serves, restored from their
+        changelogs, and fold them from there (their projections start from the copies'
+        offsets); returns them. A takeover holds every store of the catalog already."""
+        with self.lock:
+            serving = set(self.ownership.serving)
+        missing = [key for key in self.store_keys(serving) if not self.local.holds(*key)]
+        if not missing:
+            return []
+        with self._copies_lock:
+            self._taking_over.update(missing)
+            self._copies.release(missing)
+        try:
+            held = [key for key in missing if self._hold_added(*key)]
+        finally:
+            with self._copies_lock:
+                self._taking_over.difference_update(missing)
+        self.sync()
+        return held
+
+    def _hold_added(self, store: str, partition: int) -> bool:
+        topic = self.stores[store].source_topic
+        self._restore(store, partition)
+        with self._sync_lock:  # not while a sync releases what is no longer served
+            with self.lock:
+                epoch = self.ownership.epoch
+                if (topic, partition) not in self.ownership.serving:
+                    return False
+            identity = self.stores[store].identity(partition)
+            held = self.local.hold(store, partition, identity=identity, epoch=epoch)
+        with self.lock:
+            # Records are written with the epoch the copy needs; the member publishes it.
+            self.ownership.epoch = max(self.ownership.epoch, held)
+        log.info("holding %s/%d, added since its partition was taken over", store, partition)
+        return True
 
     # -- taking over -------------------------------------------------------------------------
 

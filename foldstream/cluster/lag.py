@@ -34,7 +34,7 @@ class LagMeter:
         """``versions``: which versions of a store count for its partitions' lag (all
         without)."""
         self.bootstrap = bootstrap
-        self.stores = dict(stores)
+        self.stores = stores  # a catalog that may gain stores: not copied
         self.versions = versions
         self._local = local
         self.replicas = replicas
@@ -124,7 +124,7 @@ class LagMeter:
                 lag[f"{store}/{partition}"] = current
         return partition_lag(lag, counted, topic, partition)
 
-    def counted(self) -> dict[str, StoreLayout]:
+    def counted(self) -> Mapping[str, StoreLayout]:
         """The stores whose lag counts for their partitions' lag: the versions answering
         queries (:mod:`~foldstream.cluster.versions`)."""
         return self.stores if self.versions is None else self.versions.counted(self.stores)

@@ -31,7 +31,14 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from foldstream.cluster.assignment import Assignment
-from foldstream.cluster.records import InvalidRecord, MemberState, parse_assignment
+from foldstream.cluster.records import (
+    REBUILD_PREFIX,
+    InvalidRecord,
+    MemberState,
+    RebuildRequest,
+    parse_assignment,
+    rebuild_key,
+)
 from foldstream.kafka import consume_available, consumer_config, producer_config
 
 log = logging.getLogger(__name__)
@@ -67,6 +74,7 @@ class ClusterMap:
         self._beats: dict[int, float] = {}  # own beats sent, not yet read back: beat -> sent at
         self._view_at = 0.0  # when the newest own beat read back was sent
         self._assignment = Assignment()
+        self._rebuilds: dict[str, RebuildRequest] = {}  # replaced whole: read by other threads
         self._caught_up_at: float | None = None
         self._caught_up = threading.Event()
         self._lock = threading.Lock()
@@ -106,6 +114,17 @@ class ClusterMap:
                 return
             self._assignment = assignment
         self._changed()
+
+    def request_rebuild(self, request: RebuildRequest) -> None:
+        """Ask every member, now and later (the topic is compacted), to rebuild a store."""
+        self._producer.produce(
+            self.topic, key=rebuild_key(request.store), value=request.model_dump_json().encode()
+        )
+        self._producer.flush(10)
+
+    def rebuilds(self) -> dict[str, RebuildRequest]:
+        """The newest rebuild request read of each store (:mod:`.rebuilds`)."""
+        return self._rebuilds
 
     def leave(self) -> None:
         """Tell the other members at once that this one is gone (a tombstone)."""
@@ -193,6 +212,8 @@ class ClusterMap:
             return self._adopt_record(message.value())
         if key is None:
             raise InvalidRecord("a record without a key")
+        if key.startswith(REBUILD_PREFIX):
+            return self._rebuild_record(key, message.value())
         try:
             member_id = key.decode()
         except UnicodeDecodeError:
@@ -235,6 +256,17 @@ class ClusterMap:
         if not assignment.supersedes(self._assignment):
             return False
         self._assignment = assignment
+        return True
+
+    def _rebuild_record(self, key: bytes, raw: bytes | None) -> bool:
+        request = RebuildRequest.from_record(key, raw)
+        known = self._rebuilds.get(request.store)
+        if known is not None and (known.version, known.generation) >= (
+            request.version,
+            request.generation,
+        ):
+            return False
+        self._rebuilds = {**self._rebuilds, request.store: request}
         return True
 
     def _invalid(self, message: Any, reason: str) -> None:

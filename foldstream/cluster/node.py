@@ -20,13 +20,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from foldstream.changelog import StandbyReplicas, StoreLayout, restore
+from foldstream.changelog import StandbyReplicas, StoreCatalog, StoreLayout, restore
 from foldstream.cluster.handover import CommandPartitions, Handover, Projections
 from foldstream.cluster.lag import LagMeter, partition_lag
 from foldstream.cluster.leader import Leader
 from foldstream.cluster.location import Location
 from foldstream.cluster.map import ClusterMap, Heartbeat
 from foldstream.cluster.ownership import Ownership, by_topic
+from foldstream.cluster.rebuilds import Generations, Rebuilds
 from foldstream.cluster.records import MemberState
 from foldstream.cluster.standbys import StandbyKeeper
 from foldstream.cluster.version_cleanup import RetiredTopics
@@ -50,8 +51,9 @@ class ClusterFigures(TypedDict):
 
 class ClusterNode:
     """This member of the cluster. ``stores`` maps each store to its source and changelog
-    topics, ``topics`` each source topic to its partition count; ``store_info`` is what
-    ``GET /cluster`` says of each store."""
+    topics (a :class:`StoreCatalog` that gains the rebuild generations ``generations`` adds,
+    :mod:`.rebuilds`), ``topics`` each source topic to its partition count; ``store_info`` is
+    what ``GET /cluster`` says of each store."""
 
     def __init__(
         self,
@@ -66,8 +68,10 @@ class ClusterNode:
         projections: Projections,
         commands: CommandPartitions | None,
         ends: Mapping[str, EndOffsets],
+        generations: Generations | None = None,
     ) -> None:
         self.settings = settings
+        stores = self.catalog = stores if isinstance(stores, StoreCatalog) else StoreCatalog(stores)
         self.member_id = member_id
         self.replicas = replicas
         self._stopping = threading.Event()
@@ -101,6 +105,14 @@ class ClusterNode:
             commands=commands,
             events_topic=settings.events_topic,
             publish=self.publish,
+        )
+        self.rebuilds = Rebuilds(
+            state_dir=settings.state_dir,
+            catalog=stores,
+            versions=self.versions,
+            hold_added=self.handover.hold_added,
+            cluster_map=self.map,
+            generations=generations,
         )
         self.standbys = StandbyKeeper(
             cluster_map=self.map, handover=self.handover, replicas=replicas, copies_lock=copies_lock
@@ -206,7 +218,8 @@ class ClusterNode:
             roles = dict.fromkeys(self.standbys.partitions(), "standby")
             roles.update(dict.fromkeys(ownership.restoring, "restoring"))
             roles.update(dict.fromkeys(ownership.serving, "active"))
-        return {"invalid_records": self.map.invalid_records, "roles": roles, "lag": self.lag.last}
+        invalid = self.map.invalid_records + self.rebuilds.invalid
+        return {"invalid_records": invalid, "roles": roles, "lag": self.lag.last}
 
     # -- the member's state ------------------------------------------------------------------
 
@@ -215,6 +228,7 @@ class ClusterNode:
             ownership = self.handover.ownership
             serving, restoring = set(ownership.serving), set(ownership.restoring)
             epoch, (generation, leader) = ownership.epoch, ownership.applied
+        serving_versions, serving_generations = self.versions.published()
         return MemberState(
             id=self.member_id,
             url=self.settings.url,
@@ -225,8 +239,9 @@ class ClusterNode:
             restoring=by_topic(restoring),
             standby=by_topic(self.standbys.partitions()),
             lag=dict(self.lag.last),
-            serving=self.versions.published(),
+            serving=serving_versions,
             retired=sorted(self.versions.retired()),
+            generations=serving_generations,
         )
 
     def publish(self) -> None:
@@ -277,7 +292,9 @@ class ClusterNode:
 
     def _keep_versions(self) -> None:
         """Retire the store versions every member has switched away from, delete what is left
-        of retired ones here, and (the leader) their topics once every member retired them."""
+        of retired ones here, and (the leader) their topics once every member retired them;
+        add the rebuild generations requested (:mod:`.rebuilds`)."""
+        self.rebuilds.follow()
         members = self.map.members()
         ends = {}
         for topic, topic_ends in self.lag.ends.items():

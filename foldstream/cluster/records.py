@@ -82,6 +82,10 @@ class MemberState(BaseModel):
     serving: Annotated[dict[StoreName, Count], Field(max_length=1000)] = Field(default_factory=dict)
     #: The store versions this member has retired.
     retired: Annotated[list[StoreName], Field(max_length=1000)] = Field(default_factory=list)
+    #: The rebuild generation of the version in ``serving`` (:mod:`.rebuilds`), when not 0.
+    generations: Annotated[dict[StoreName, Count], Field(max_length=1000)] = Field(
+        default_factory=dict
+    )
 
     @property
     def applied(self) -> tuple[int, str]:
@@ -112,6 +116,35 @@ class _AssignmentRecord(BaseModel):
     standby: dict[TopicName, dict[PartitionKey, list[MemberId]]] = Field(default_factory=dict)
     warmups: dict[TopicName, dict[PartitionKey, MemberId]] = Field(default_factory=dict)
     members: Annotated[list[MemberId], Field(max_length=10_000)] = Field(default_factory=list)
+
+
+class RebuildRequest(BaseModel):
+    """A request to rebuild ``version`` of ``store`` (a declared name) as ``generation``
+    (:mod:`.rebuilds`), kept in the cluster topic under :func:`rebuild_key`."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+
+    store: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,200}$")]
+    version: Annotated[int, Field(ge=1, le=9999)]
+    generation: Annotated[int, Field(ge=1, le=9999)]
+
+    @classmethod
+    def from_record(cls, key: bytes, raw: bytes | None) -> RebuildRequest:
+        """The request in a record; :class:`InvalidRecord` when it is not a valid one, or not
+        the one its key names."""
+        request = _parse(cls, raw)
+        if key != rebuild_key(request.store):
+            raise InvalidRecord(f"rebuild of {request.store!r} under another store's key")
+        return request  # type: ignore[no-any-return]
+
+
+#: Cluster topic keys of rebuild requests start with this (member ids start with a letter or a
+#: digit).
+REBUILD_PREFIX = b"__rebuild__/"
+
+
+def rebuild_key(store: str) -> bytes:
+    return REBUILD_PREFIX + store.encode()
 
 
 def parse_assignment(raw: bytes | None) -> Assignment:

@@ -31,7 +31,7 @@ from foldstream.changelog import StoreLayout
 from foldstream.cluster.assignment import Assignment
 from foldstream.cluster.records import MemberState
 from foldstream.cluster.version_cleanup import RetiredMarks
-from foldstream.projections.versions import logical_name, version_of
+from foldstream.projections.versions import generation_of, logical_name, rank, version_of
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,15 @@ class VersionState:
     folded: int | None
     behind: int | None
     total: int | None
+    #: 0 for the version as first built, else the rebuild generation (:mod:`.rebuilds`).
+    generation: int = 0
 
 
 class VersionSwitch:
     """The versions of the stores of ``stores`` (physical name -> layout, every version
-    declared, retired ones too), for a member whose state directory is ``state_dir``."""
+    declared and every rebuild generation, retired ones too), for a member whose state
+    directory is ``state_dir``. A rebuild generation of a version (:mod:`.rebuilds`) is one
+    more version, ranked after it and before the next (:func:`rank`); :meth:`add` adds one."""
 
     def __init__(
         self,
@@ -74,9 +78,9 @@ class VersionSwitch:
         self.marks = RetiredMarks(Path(state_dir), stores)
         self._serving_dir = Path(state_dir) / SERVING_DIR
         self._source = {store: layout.source_topic for store, layout in stores.items()}
-        versions: dict[str, list[tuple[int, str]]] = {}
+        versions: dict[str, list[tuple[tuple[int, int], str]]] = {}
         for store in stores:
-            versions.setdefault(logical_name(store), []).append((version_of(store), store))
+            versions.setdefault(logical_name(store), []).append((rank(store), store))
         self.versions = {name: sorted(found) for name, found in versions.items()}
         self._serving = {name: self._first(name) for name in self.versions}
         self._since: dict[str, float] = {}  # a condition -> since when it has held
@@ -99,35 +103,51 @@ class VersionSwitch:
         """The entries of ``stores`` whose lag counts (:meth:`counts`)."""
         return {store: value for store, value in stores.items() if self.counts(store)}
 
+    def add(self, store: str, source_topic: str) -> None:
+        """Add ``store``, a rebuild generation of a version of a store with versions here."""
+        with self._lock:
+            name = logical_name(store)
+            found = self.versions.get(name, [])
+            if any(s == store for _, s in found):
+                return
+            self._source = {**self._source, store: source_topic}
+            self.versions = {**self.versions, name: sorted([*found, (rank(store), store)])}
+            if name not in self._serving:
+                self._serving = {**self._serving, name: store}
+
     def is_retired(self, store: str) -> bool:
         return self.marks.is_retired(store)
 
     def retired(self) -> frozenset[str]:
         return self.marks.retired()
 
-    def published(self) -> dict[str, int]:
-        """``{store: version answering}`` of the stores with versions, for this member's
-        state."""
-        return {
-            name: version_of(serving)
+    def published(self) -> tuple[dict[str, int], dict[str, int]]:
+        """``{store: version answering}`` of the stores with versions, and ``{store:
+        generation}`` of those answering with a rebuild generation, for this member's state."""
+        shown = {
+            name: serving
             for name, serving in self._serving.items()
-            if len(self.versions[name]) > 1 or version_of(serving) > 1
+            if len(self.versions[name]) > 1 or rank(serving) > (1, 0)
         }
+        return (
+            {name: version_of(serving) for name, serving in shown.items()},
+            {name: generation_of(s) for name, s in shown.items() if generation_of(s)},
+        )
 
     def describe(self, store: str) -> list[VersionState]:
         """Every version of ``store`` (a declared name), oldest first."""
-        serving = version_of(self._serving.get(store, store))
+        serving = rank(self._serving.get(store, store))
         states = []
-        for version, physical in self.versions.get(store, []):
+        for (version, generation), physical in self.versions.get(store, []):
             if self.is_retired(physical):
                 state = "retired"
-            elif version == serving:
+            elif (version, generation) == serving:
                 state = "serving"
             else:
-                state = "building" if version > serving else "replaced"
+                state = "building" if (version, generation) > serving else "replaced"
             behind, total = self._progress.get(physical, (None, None))
             folded = None if behind is None or total is None else max(total - behind, 0)
-            states.append(VersionState(version, state, folded, behind, total))
+            states.append(VersionState(version, state, folded, behind, total, generation))
         return states
 
     # -- following the cluster ---------------------------------------------------------------
@@ -151,15 +171,16 @@ class VersionSwitch:
                 live = [
                     s
                     for v, s in found
-                    if v > version_of(current)
+                    if v > rank(current)
                     and self._held(holding, s, now, self._live(s, current, members, assignment))
                 ]
                 if live:
                     serving[name] = live[-1]
                     self._keep(name, live[-1])
-                now_serving = version_of(serving[name])
+                now_serving = rank(serving[name])
                 everyone = len(found) > 1 and all(
-                    m.serving.get(name, 0) >= now_serving for m in members.values()
+                    (m.serving.get(name, 0), m.generations.get(name, 0)) >= now_serving
+                    for m in members.values()
                 )
                 if self._held(holding, f"{name} retires", now, everyone):
                     due += [s for v, s in found if v < now_serving and not self.is_retired(s)]
@@ -187,7 +208,8 @@ class VersionSwitch:
         found = dict(self.versions[name])
         kept = [s for _, s in sorted(found.items()) if not self.is_retired(s)]
         try:
-            before = found.get(int((self._serving_dir / name).read_text()))
+            version, _, generation = (self._serving_dir / name).read_text().partition(".")
+            before = found.get((int(version), int(generation or 0)))
         except (OSError, ValueError):
             before = None
         if before is not None and before in kept:
@@ -198,7 +220,11 @@ class VersionSwitch:
         log.info("store %s now answers with %s", name, store)
         self._serving_dir.mkdir(parents=True, exist_ok=True)
         path = self._serving_dir / name
-        path.with_suffix(".new").write_text(str(version_of(store)))
+        version, generation = rank(store)
+        # "N" for a version as first built (what earlier releases read), "N.G" for a rebuild.
+        path.with_suffix(".new").write_text(
+            f"{version}.{generation}" if generation else str(version)
+        )
         path.with_suffix(".new").replace(path)
 
     def _owner(

@@ -101,7 +101,7 @@ class StoreHost:
         self.on_poison = on_poison
         self.on_applied = on_applied
         self.on_late = on_late
-        self.formats = dict(formats or {})
+        self.formats = formats if formats is not None else {}  # may gain stores: not copied
         self.host = host
         self.idle_flush_s = idle_flush_s
         self.idle_flush_entries = idle_flush_entries

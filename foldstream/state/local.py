@@ -52,7 +52,7 @@ class LocalStores:
         self._standby_read = standby_read
         self._standby_offset = standby_offset
         self._standby_scan = standby_scan
-        self._formats = dict(formats or {})
+        self._formats = formats if formats is not None else {}  # may gain stores: not copied
         self._readers: dict[StoreKey, RocksDBReader] = {}
         self._retired: list[tuple[float, RocksDBReader]] = []
         self._lock = threading.Lock()

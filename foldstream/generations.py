@@ -1,0 +1,97 @@
+"""An instance's physical stores beyond the service's declared ones: the rebuild generations
+(:mod:`foldstream.cluster.rebuilds`), found in the state directory at start and added while it
+runs, with their layouts and topics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from foldstream.changelog import StoreLayout
+from foldstream.cluster.rebuilds import rebuilt_stores
+from foldstream.errors import StoreNotFound
+from foldstream.kafka_topics import ensure_topics
+from foldstream.projections import Projection
+from foldstream.projections.versions import rebuild_refusal, version_name
+from foldstream.service import Service
+from foldstream.settings import Settings
+from foldstream.topics import store_topics
+
+if TYPE_CHECKING:
+    from foldstream.projections.runner import ProjectionRunner
+
+
+class QueryStores(Mapping[str, str]):
+    """``{query name: store}`` of every store of ``catalog`` (the projections' query names,
+    :func:`~foldstream.projections.runner.query_name`), as the catalog is now."""
+
+    def __init__(self, catalog: Mapping[str, object], service: str) -> None:
+        self.catalog = catalog
+        self.prefix = f"{service}."
+
+    def __getitem__(self, query: str) -> str:
+        store = query.removeprefix(self.prefix)
+        if store == query or store not in self.catalog:
+            raise KeyError(query)
+        return store
+
+    def __iter__(self) -> Iterator[str]:
+        return (self.prefix + store for store in list(self.catalog))
+
+    def __len__(self) -> int:
+        return len(self.catalog)
+
+
+def every_projection(service: Service, settings: Settings) -> list[Projection]:
+    """The service's projections and those of the rebuild generations its state directory
+    lists (of versions the service still declares)."""
+    declared = {p.store for p in service.projections}
+    rebuilt = sorted(s for s in rebuilt_stores(settings.state_dir) if version_name(s) in declared)
+    return [*service.projections, *(service.projection(store) for store in rebuilt)]
+
+
+def store_layout(settings: Settings, projection: Projection) -> StoreLayout:
+    """Where the state of ``projection``'s store comes from."""
+    return StoreLayout(
+        projection.source_topic(settings.events_topic),
+        settings.changelog_topic(projection.store),
+        settings.on_stale_state,
+        projection.table_format,
+    )
+
+
+class ServiceGenerations:
+    """What a cluster member needs of the service to add a rebuild generation
+    (:class:`foldstream.cluster.rebuilds.Generations`): whether a store may be rebuilt, its
+    topics and its query (started by ``runner``); ``partitions`` of each source topic."""
+
+    def __init__(
+        self,
+        service: Service,
+        settings: Settings,
+        runner: ProjectionRunner,
+        partitions: dict[str, int],
+    ) -> None:
+        self.service = service
+        self.settings = settings
+        self.runner = runner
+        self.partitions = partitions
+
+    def refusal(self, store: str) -> str | None:
+        return rebuild_refusal(self.service.projections, store)
+
+    def prepare(self, store: str) -> StoreLayout:
+        projection = self.service.projection(store)
+        topic = projection.source_topic(self.settings.events_topic)
+        if topic not in self.partitions:
+            raise StoreNotFound(f"store {store!r} reads {topic!r}, which is not read here")
+        settings = self.settings
+        ensure_topics(
+            settings.bootstrap_servers,
+            store_topics(settings, store, self.partitions[topic]),
+            replication_factor=settings.replication_factor,
+            min_insync_replicas=settings.min_insync_replicas,
+            create=settings.create_topics,
+        )
+        self.runner.add(projection)
+        return store_layout(settings, projection)
