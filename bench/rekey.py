@@ -5,7 +5,8 @@ confluent-kafka pipeline doing the same re-key and fold (``python -m bench --onl
 Freshness: one ``charts`` instance; songs in genres of at most five songs (so every song is on
 its chart); each probe plays a song, then polls both stores until each shows the new count.
 
-Throughput: one ``positions`` instance, ready and idle; trades are produced to its events
+Throughput: one instance of :mod:`bench.rekey_service` (the positions example's ``exposure``
+trades re-keyed by asset, nothing else), ready and idle; trades are produced to its events
 topic, and the time until ``exposure`` (the trades re-keyed by asset, through the hidden
 forwarder and the repartition topic) holds every trade gives events/s. The reference does the
 same with two plain consumers in this process: one re-keys into a repartition topic of its
@@ -41,6 +42,8 @@ from foldstream.kafka import (
 from foldstream.process import InstanceProcess, http
 
 PARTITIONS = 3
+#: The throughput's instance: the re-keyed store alone, the reference's work (its docstring).
+REKEY_SERVICE = "bench.rekey_service:service"
 GENRES = 12
 SONGS_PER_GENRE = 4
 ASSETS = 40
@@ -228,11 +231,11 @@ def rekey_figures(run: BenchRun, bootstrap: str) -> list[Figure]:
         )
     records = _trades(run.size["rekey_events"], rng)
     ensure_topics(bootstrap, [TopicSpec("market.prices", PARTITIONS)])
-    with _instance(run, bootstrap, "foldstream.examples.positions:service") as positions:
-        run.step("positions instance ready", positions.wait_ready)
+    with _instance(run, bootstrap, REKEY_SERVICE) as rekeyed:
+        run.step("re-keying instance ready", rekeyed.wait_ready)
         ours = run.step(
             "re-key into exposure",
-            lambda: _instance_throughput(positions.url, bootstrap, "positions.events", records),
+            lambda: _instance_throughput(rekeyed.url, bootstrap, "rekeyed.events", records),
         )
     plain = run.step(
         "plain re-key and fold", lambda: _plain_throughput(bootstrap, "plain-rekey", records)

@@ -19,6 +19,8 @@ MAX_URL_LENGTH = 2048
 #: The store of the command side's aggregate snapshots (one more store of the events topic:
 #: changelog ``<service>._aggregates.changelog``). Projections may not take the name.
 AGGREGATE_STORE = "_aggregates"
+#: The largest micro-batch cap per partition a setting may ask for.
+MAX_BATCH_RECORDS = 100_000_000
 
 
 def valid_url(url: str) -> bool:
@@ -95,6 +97,10 @@ class Settings:
     # How long a query with a consistency token waits for a local copy to apply the token's
     # position before it answers 503 (Retry-After).
     consistency_wait_ms: int = 2000
+    # Records of one partition a projection's micro-batch reads at most. Folded chunks commit
+    # as they go (a retried task skips them), so the cap bounds planning, not memory or lost
+    # work; fewer, larger micro-batches spend less on Spark's fixed cost of each.
+    batch_records_per_partition: int = 500_000
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -119,6 +125,11 @@ class Settings:
         if not 0 <= self.consistency_wait_ms <= 60_000:
             raise ConfigurationError(
                 f"consistency_wait_ms must be 0..60000, got {self.consistency_wait_ms}"
+            )
+        if not 1 <= self.batch_records_per_partition <= MAX_BATCH_RECORDS:
+            raise ConfigurationError(
+                f"batch_records_per_partition must be 1..{MAX_BATCH_RECORDS}, got "
+                f"{self.batch_records_per_partition}"
             )
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
@@ -211,6 +222,7 @@ class Settings:
             ("on_stale_state", OnStaleState),
             ("aggregate_cache_size", int),
             ("consistency_wait_ms", int),
+            ("batch_records_per_partition", int),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

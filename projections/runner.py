@@ -215,6 +215,7 @@ class ProjectionRunner:
             .option("partitions", ",".join(map(str, range(self.partitions[topic]))))
             .option("owned", str(self._owned_path(projection.store).resolve()))
             .option("fetch_wait_max_ms", str(settings.fetch_wait_max_ms))
+            .option("max_records_per_partition", str(settings.batch_records_per_partition))
             # Large micro-batches (rebuilds) are split into one task per core.
             .option("tasks", str(self.spark.sparkContext.defaultParallelism))
             .option("service", self.service_path)

@@ -176,8 +176,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.topic = options["topic"]
         self.partitions_ = [int(p) for p in options["partitions"].split(",")]
         self.owned_path = Path(options["owned"])
-        # Bounds a micro-batch, and so the work a failed task retries.
-        self.max_records = int(options.get("max_records_per_partition", "100000"))
+        # Bounds a micro-batch (Settings.batch_records_per_partition).
+        self.max_records = int(options.get("max_records_per_partition", "500000"))
         self.tasks = int(options.get("tasks", "2"))
         self.single_task_records = int(options.get("single_task_records", "5000"))
         self.fetch_wait_max_ms = int(options.get("fetch_wait_max_ms", "10"))

@@ -163,15 +163,28 @@ class WindowedAggregate(OrderedStore):
         return [s for s in range(first, last + 1, advance) if s + size > time_ms]
 
     def read_keys(self, records: Records) -> list[bytes]:
-        keys = [STREAM_TIME]
+        # Run by every task on every chunk before it folds (the fold does not need it when
+        # it runs beside the store): kept lean, a record's prefix made once per key.
+        keys: dict[bytes, None] = {STREAM_TIME: None}
+        prefixes: dict[bytes, bytes] = {}
+        size, advance = self._spans_ms[:2]
         for _, record in records:
+            key = record.key
             try:
                 time_ms = self.event_time(record)
-                prefix = entry_prefix(record.key)
             except (ValueError, TypeError):
-                continue  # no time or no key: the fold raises it for this record
-            keys += (prefix + encode_int(s) for s in self.window_starts(time_ms))
-        return list(dict.fromkeys(keys))
+                continue  # no time: the fold raises it for this record
+            if key is None:
+                continue  # no key: the same
+            prefix = prefixes.get(key)
+            if prefix is None:
+                prefix = prefixes[key] = entry_prefix(key)
+            if advance == size:
+                keys[prefix + encode_int(time_ms - time_ms % size)] = None
+            else:
+                for start in self.window_starts(time_ms):
+                    keys[prefix + encode_int(start)] = None
+        return list(keys)
 
     def fold_chunk(self, writer: PartitionWriter, records: Records) -> ChunkFolded:
         changed: dict[bytes, bytes | None] = {}

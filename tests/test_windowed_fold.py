@@ -247,3 +247,37 @@ def test_a_poison_record_in_a_chunk_meets_the_stores_policy_and_only_it(
     else:
         assert (folded.applied, folded.last_offset, window) == (1, 0, {"n": 1})
         assert folded.stop is not None and folded.stop[0] == 1
+
+
+class ReadsRecorded:
+    """A partition's writer that records the keys a fold gets (the keys a task reads ahead
+    from the store host must include them all)."""
+
+    def __init__(self, writer: RocksDBWriter) -> None:
+        self.writer = writer
+        self.got: set[bytes] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+    def get(self, key: bytes) -> bytes | None:
+        self.got.add(key)
+        return self.writer.get(key)
+
+
+@pytest.mark.parametrize("advance", [None, timedelta(minutes=3)])
+def test_the_keys_read_ahead_are_every_key_the_fold_gets(tmp_path: Path, advance: Any) -> None:
+    projection = windowed(advance=advance)
+    chunk = [
+        (n, record(f"k{n % 3}", T0 + n * 7 * MINUTE - (20 * MINUTE if n % 5 == 4 else 0)))
+        for n in range(40)
+    ]
+    writer = ReadsRecorded(
+        RocksDBWriter(tmp_path / "p", identity="t/0", table_format=ORDERED_FORMAT)
+    )
+    projection.fold_chunk(writer, chunk[:20])  # some windows exist before the next chunk
+    writer.got.clear()
+    projection.fold_chunk(writer, chunk[20:])
+    ahead = projection.read_keys(chunk[20:])
+    assert writer.got <= set(ahead)
+    assert len(ahead) == len(set(ahead)) and ahead[0] == STREAM_TIME

@@ -1,0 +1,27 @@
+"""Settings from keywords and ``FOLDSTREAM_*`` variables: the micro-batch cap."""
+
+from __future__ import annotations
+
+import pytest
+
+from foldstream.errors import ConfigurationError
+from foldstream.settings import MAX_BATCH_RECORDS, Settings
+
+
+def test_the_micro_batch_cap_comes_from_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOLDSTREAM_BATCH_RECORDS_PER_PARTITION", "20000")
+    assert Settings.from_env().batch_records_per_partition == 20_000
+
+
+@pytest.mark.parametrize("cap", [0, -1, MAX_BATCH_RECORDS + 1])
+def test_a_micro_batch_cap_out_of_bounds_is_refused(cap: int) -> None:
+    with pytest.raises(ConfigurationError, match="batch_records_per_partition must be"):
+        Settings(batch_records_per_partition=cap)
+
+
+def test_a_micro_batch_cap_that_is_no_number_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FOLDSTREAM_BATCH_RECORDS_PER_PARTITION", "lots")
+    with pytest.raises(ConfigurationError, match="FOLDSTREAM_BATCH_RECORDS_PER_PARTITION"):
+        Settings.from_env()
