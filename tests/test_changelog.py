@@ -263,3 +263,28 @@ def test_a_standby_copy_that_fails_to_apply_retries_from_its_position_and_skips_
         assert replicas.lag("s", 0) == 0
     finally:
         replicas.close()
+
+
+def test_standby_replicas_holding_nothing_follow_a_copy_given_after_all_were_released(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A copy assigned after the only one was released is still followed, and closing an idle
+    instance ends its replication thread."""
+    layout = _layout(broker, "idle")
+    _send(broker.bootstrap, layout.changelog_topic, [(1, 10, b"a", b"a@10", "<>")])
+    replicas = StandbyReplicas(
+        bootstrap=broker.bootstrap, state_dir=tmp_path, layouts={"s": layout}
+    )
+    try:
+        replicas.assign([("s", 0)])
+        replicas.release([("s", 0)])
+        assert replicas.held() == frozenset()
+        replicas.assign([("s", 0)])
+        deadline = time.monotonic() + 60
+        while replicas.get("s", 0, b"a") != b"a@10" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert replicas.get("s", 0, b"a") == b"a@10"
+        replicas.release([("s", 0)])
+    finally:
+        replicas.close()
+    assert not replicas._thread.is_alive()
