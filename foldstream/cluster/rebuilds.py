@@ -28,7 +28,6 @@ from typing import Protocol
 from foldstream.changelog import StoreCatalog, StoreLayout
 from foldstream.cluster.map import ClusterMap
 from foldstream.cluster.records import RebuildRequest
-from foldstream.cluster.version_cleanup import RETIRED_DIR
 from foldstream.cluster.versions import VersionSwitch
 from foldstream.errors import FoldstreamError, StoreNotFound
 from foldstream.projections.versions import (
@@ -144,7 +143,7 @@ class Rebuilds:
             if (
                 asked.version == version_of(serving)
                 and rank(name) > rank(serving)
-                and not (self.state_dir / RETIRED_DIR / name).exists()
+                and not self.versions.marks.is_marked(name)
             ):
                 building.append(asked.version)
         if building:
@@ -191,7 +190,7 @@ class Rebuilds:
         reason = self.generations.refusal(base)
         if reason is not None:
             raise RebuildRefused(reason)
-        if name in self.catalog or (self.state_dir / RETIRED_DIR / name).exists():
+        if name in self.catalog or self.versions.marks.is_marked(name):
             return None  # added already, or retired since: never built again
         serving = self.versions.serving(logical_name(base))
         if rank(name) <= rank(serving) or self.versions.is_retired(base):

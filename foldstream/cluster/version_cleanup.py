@@ -48,6 +48,11 @@ class RetiredMarks:
     def is_retired(self, store: str) -> bool:
         return store in self._retired
 
+    def is_marked(self, store: str) -> bool:
+        """Whether ``store`` has a retired marker in the state directory, also when it was
+        not among ``stores`` at start (a rebuild generation retired by an earlier run)."""
+        return store in self._retired or (self.state_dir / RETIRED_DIR / store).exists()
+
     def retired(self) -> frozenset[str]:
         return self._retired
 
