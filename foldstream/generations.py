@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING
 from foldstream.changelog import StoreLayout
 from foldstream.cluster.rebuilds import rebuilt_stores
 from foldstream.errors import StoreNotFound
-from foldstream.kafka_topics import ensure_topics
 from foldstream.projections import Projection
 from foldstream.projections.versions import rebuild_refusal, version_name
 from foldstream.service import Service
 from foldstream.settings import Settings
-from foldstream.topics import store_topics
+from foldstream.topics import ensure_service_topics, store_topics
 
 if TYPE_CHECKING:
     from foldstream.projections.runner import ProjectionRunner
@@ -85,13 +84,8 @@ class ServiceGenerations:
         topic = projection.source_topic(self.settings.events_topic)
         if topic not in self.partitions:
             raise StoreNotFound(f"store {store!r} reads {topic!r}, which is not read here")
-        settings = self.settings
-        ensure_topics(
-            settings.bootstrap_servers,
-            store_topics(settings, store, self.partitions[topic]),
-            replication_factor=settings.replication_factor,
-            min_insync_replicas=settings.min_insync_replicas,
-            create=settings.create_topics,
+        ensure_service_topics(
+            self.settings, store_topics(self.settings, store, self.partitions[topic])
         )
         self.runner.add(projection)
-        return store_layout(settings, projection)
+        return store_layout(self.settings, projection)

@@ -52,6 +52,13 @@ def provision(
     if aggregates:
         changelog = settings.changelog_topic(AGGREGATE_STORE)
         specs.append(TopicSpec(changelog, settings.partitions, compact=True))
+    ensure_service_topics(settings, specs)
+    return layout
+
+
+def ensure_service_topics(settings: Settings, specs: list[TopicSpec]) -> None:
+    """Create ``specs`` as ``settings`` say (replication, ``min.insync.replicas``), or with
+    ``create_topics`` false check that they exist."""
     ensure_topics(
         settings.bootstrap_servers,
         specs,
@@ -59,7 +66,6 @@ def provision(
         min_insync_replicas=settings.min_insync_replicas,
         create=settings.create_topics,
     )
-    return layout
 
 
 def store_topics(settings: Settings, store: str, partitions: int) -> list[TopicSpec]:

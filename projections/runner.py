@@ -135,9 +135,7 @@ class ProjectionRunner:
         for n, projection in enumerate(self.projections):
             if n > 0:
                 self._await_first_trigger(self.queries[self.projections[n - 1].store])
-            write_owned(self._owned_path(projection.store), {})
-            self._owned[projection.store] = {}
-            self.queries[projection.store] = self._start(projection)
+            self._launch(projection)
         self._supervisor.start()
 
     def add(self, projection: Projection) -> None:
@@ -146,11 +144,15 @@ class ProjectionRunner:
         with self._lock:
             if self._stopping.is_set() or projection.store in self.queries:
                 return
-            write_owned(self._owned_path(projection.store), {})
-            self._owned[projection.store] = {}
-            self.queries[projection.store] = self._start(projection)
+            self._launch(projection)
             self.projections = [*self.projections, projection]
         log.info("projection %s started", projection.store)
+
+    def _launch(self, projection: Projection) -> None:
+        """Start ``projection``'s query with no partition owned yet."""
+        write_owned(self._owned_path(projection.store), {})
+        self._owned[projection.store] = {}
+        self.queries[projection.store] = self._start(projection)
 
     def _await_first_trigger(self, query: StreamingQuery) -> None:
         """Wait (up to :attr:`start_timeout_s`) until ``query`` has run its first trigger, before
