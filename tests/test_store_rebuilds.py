@@ -206,6 +206,20 @@ def test_forged_or_malformed_requests_add_nothing_and_are_counted(
     assert rebuilt_stores(rebuilds.state_dir) == frozenset()
 
 
+def test_requests_naming_ever_new_stores_are_invalid_past_a_bound(
+    rebuilds: Rebuilds, broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("foldstream.cluster.map.MAX_REBUILT_STORES", 3)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for n in range(5):
+        store = f"forged{n}"
+        value = json.dumps({"store": store, "version": 1, "generation": 1}).encode()
+        producer.produce(rebuilds.map.topic, key=rebuild_key(store), value=value)
+    producer.flush(10)
+    wait_until(lambda: rebuilds.map.invalid_records == 2, lambda: "past the bound not counted")
+    assert set(rebuilds.map.rebuilds()) == {"forged0", "forged1", "forged2"}
+
+
 def test_a_request_names_the_next_generation_of_the_version_answering(
     rebuilds: Rebuilds,
 ) -> None:

@@ -50,6 +50,9 @@ ASSIGNMENT_KEY = b"__assignment__"
 MAX_STEP = 1_000_000
 #: Invalid records logged at most once per this many seconds (the count is always kept).
 LOG_EVERY_S = 10.0
+#: Stores a map keeps rebuild requests of: forged records naming ever new stores are invalid
+#: past it, not memory (a service declares far fewer stores).
+MAX_REBUILT_STORES = 1000
 
 
 class ClusterMap:
@@ -261,6 +264,8 @@ class ClusterMap:
     def _rebuild_record(self, key: bytes, raw: bytes | None) -> bool:
         request = RebuildRequest.from_record(key, raw)
         known = self._rebuilds.get(request.store)
+        if known is None and len(self._rebuilds) >= MAX_REBUILT_STORES:
+            raise InvalidRecord(f"a rebuild request of more than {MAX_REBUILT_STORES} stores")
         if known is not None and (known.version, known.generation) >= (
             request.version,
             request.generation,
