@@ -106,3 +106,23 @@ def test_fast_path_redirects_like_the_route(tmp_path: Path) -> None:
             assert answer[0] == status, hops
     finally:
         readers.close()
+
+
+def test_found_bodies_are_what_json_dumps_writes() -> None:
+    """The 200 body is built from cached and pre-encoded parts: byte for byte what encoding
+    each part with json.dumps writes, whatever the key holds and whatever copy answers."""
+    import json
+
+    from foldstream.query_api.answers import found_body, served_by_json
+
+    value = b'{"on_hand": 3}'
+    for key in ["sku-1", 'q"uote', "back\\slash", "\x01\x7f", "ünï", "😀", ""]:
+        for location in (Local(2, "active", None, "a"), Local(2, "standby", 17, 'b"')):
+            served_by = {"instance": location.instance, "role": location.role}
+            served_by |= {"partition": 2, "lag": location.lag}
+            expected = b'{"key":%s,"value":%s,"served_by":%s}' % (
+                json.dumps(key).encode(),
+                value,
+                json.dumps(served_by).encode(),
+            )
+            assert found_body(key, value, served_by_json(location, 2)) == expected

@@ -65,7 +65,14 @@ class LocalStores:
             if self._standby_read is None:
                 raise KeyError(f"no standby copies of {store}")
             return self._standby_read(store, partition, key)
-        return self._active(store, partition, lambda reader: reader.get(key))
+        # _active's steps, written out: this is every lookup's path.
+        held = self._host.partition(store, partition) if self._host is not None else None
+        if held is not None:
+            try:
+                return held.get(key)
+            except PartitionClosed:
+                pass  # closed under this read: the snapshot has its last state
+        return self._snapshot(store, partition).get(key)
 
     def get_many(
         self, store: str, partition: int, keys: list[bytes], *, standby: bool = False
