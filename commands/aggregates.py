@@ -321,6 +321,8 @@ class PartitionAggregates:
         waits (its snapshots reflect every event up to ``offset``). Not before the replay is
         past the snapshots' position: until then it rebuilds only aggregates being repaired,
         whose state must not be stored as reflecting the events it has not read yet."""
+        if self.store is None:
+            return  # every aggregate stays in memory: :meth:`finish` keeps them
         past = self.position is None or offset > self.position
         if past and len(self._dirty) >= min(REPLAY_FLUSH, max(1000, self.budget.share())):
             self._write_replayed(offset, final=False)

@@ -95,9 +95,11 @@ class CommandPartitions:
                 if partition not in self._wanted:
                     return
                 delay = self._retry.setdefault(partition, Backoff()).failed(time.monotonic())
+            # The type too: some errors say nothing else (an AssertionError hid a bug here).
             log.warning(
-                "taking partition %d for commands failed (%s); again in %.1fs",
+                "taking partition %d for commands failed (%s: %s); again in %.1fs",
                 partition,
+                type(exc).__name__,
                 exc,
                 delay,
             )

@@ -77,3 +77,46 @@ def test_replay_skips_what_it_cannot_apply_and_only_that_aggregate_refuses_comma
             handler.close()
 
     asyncio.run(scenario())
+
+
+def test_without_an_aggregate_store_a_replay_of_many_aggregates_keeps_them_all(
+    broker: EmbeddedBroker,
+) -> None:
+    """A command side without snapshots keeps every aggregate in memory: a replay past the
+    number of aggregates after which a replay writes snapshots must neither fail nor drop
+    any (it failed at the first such checkpoint, and the partition was never taken)."""
+    topic = f"replay-many-{uuid.uuid4().hex[:8]}.events"
+    ensure_topics(broker.bootstrap, [TopicSpec(topic, PARTITIONS)])
+    # Above the 1,000 dirty aggregates after which a replay with a cache this small writes.
+    skus = [
+        s for s in (f"sku-{n}" for n in range(3_000)) if partition_for(s.encode(), PARTITIONS) == 0
+    ]
+    count = len(skus)
+    producer = Producer({**producer_config(broker.bootstrap), "linger.ms": 20})
+    for sku in skus:
+        product = Product(id=sku)
+        product.receive_shipment(1)
+        for key, value, headers in (service.codec.encode(e)[:3] for e in product.collect_events()):
+            producer.produce(topic, key=key, value=value, headers=list(headers), partition=0)
+    assert producer.flush(30) == 0
+
+    async def scenario() -> None:
+        handler = CommandHandler(
+            aggregates=service.aggregates,
+            bootstrap=broker.bootstrap,
+            topic=topic,
+            partitions=PARTITIONS,
+            cache_size=100,
+        )
+        handler.start()
+        try:
+            assert await asyncio.to_thread(handler.assign, [0]) == 2 * count
+            for sku in (skus[0], skus[count // 2], skus[-1]):
+                result = await handler.handle("product", sku, "sell", {"quantity": 1})
+                assert result.events == [
+                    {"type": "Product.ItemsSold", "version": 3, "quantity": 1}
+                ], sku
+        finally:
+            handler.close()
+
+    asyncio.run(scenario())
