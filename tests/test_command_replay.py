@@ -28,6 +28,19 @@ def key_in(partition: int, prefix: str) -> str:
     )
 
 
+def started_handler(broker: EmbeddedBroker, topic: str, **settings: int) -> CommandHandler:
+    """A command handler of the inventory example on ``topic``, without an aggregate store."""
+    handler = CommandHandler(
+        aggregates=service.aggregates,
+        bootstrap=broker.bootstrap,
+        topic=topic,
+        partitions=PARTITIONS,
+        **settings,
+    )
+    handler.start()
+    return handler
+
+
 def test_replay_skips_what_it_cannot_apply_and_only_that_aggregate_refuses_commands(
     broker: EmbeddedBroker,
 ) -> None:
@@ -54,13 +67,7 @@ def test_replay_skips_what_it_cannot_apply_and_only_that_aggregate_refuses_comma
     assert producer.flush(30) == 0
 
     async def scenario() -> None:
-        handler = CommandHandler(
-            aggregates=service.aggregates,
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            partitions=PARTITIONS,
-        )
-        handler.start()
+        handler = started_handler(broker, topic)
         try:
             assert await asyncio.to_thread(handler.assign, range(PARTITIONS)) == 3
             assert handler.counts()["replay_skipped"] == 3  # offsets 3, 5 and 6
@@ -101,14 +108,7 @@ def test_without_an_aggregate_store_a_replay_of_many_aggregates_keeps_them_all(
     assert producer.flush(30) == 0
 
     async def scenario() -> None:
-        handler = CommandHandler(
-            aggregates=service.aggregates,
-            bootstrap=broker.bootstrap,
-            topic=topic,
-            partitions=PARTITIONS,
-            cache_size=100,
-        )
-        handler.start()
+        handler = started_handler(broker, topic, cache_size=100)
         try:
             assert await asyncio.to_thread(handler.assign, [0]) == 2 * count
             for sku in (skus[0], skus[count // 2], skus[-1]):
