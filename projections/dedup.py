@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable
 from foldstream.domain.records import EventRecord
 from foldstream.errors import UndecodableRecord
 from foldstream.projections.forwarded import (
+    FORWARD_HEADER,
     RESERVED,
     Forwarded,
     Origin,
@@ -73,13 +74,27 @@ def mark_key(origin: Origin) -> bytes:
 
 
 def origins_of(records: Iterable[EventRecord]) -> list[Origin]:
-    """The origins of the forwarded records among ``records`` (malformed ones left out)."""
+    """The origins of the forwarded records among ``records`` (malformed ones left out), whose
+    marks a chunk reads ahead.
+
+    Records naming the origin fields of a record parsed already are not parsed again (a
+    chunk's records come from a few origins): only which marks are read ahead depends on it,
+    and a mark not read ahead is read when first needed (:meth:`Marks.mark`).
+    """
     found: dict[Origin, None] = {}
+    seen: set[bytes] = set()
     for record in records:
+        text = record.header(FORWARD_HEADER)
+        if text is None:
+            continue  # a poison record: its fold raises
+        named = b" ".join(text.split(None, 5)[2:5])  # emitter, topic, partition
+        if named in seen:
+            continue
         try:
             found.setdefault(parse_forwarded(record).origin)
         except UndecodableRecord:
             continue  # a poison record: its fold raises the same error
+        seen.add(named)
     return list(found)
 
 

@@ -223,7 +223,13 @@ class Join(Projection):
         return [i.store for i in self.inputs if isinstance(i, Changes)]
 
     def apply(self, current: bytes | None, record: EventRecord) -> bytes | None:
-        forwarded = parse_forwarded(record)
+        return self.apply_forwarded(current, record, parse_forwarded(record))
+
+    def apply_forwarded(
+        self, current: bytes | None, record: EventRecord, forwarded: Forwarded
+    ) -> bytes | None:
+        """:meth:`apply` of ``record``, whose headers say ``forwarded`` (parsed once by the
+        task, :class:`~foldstream.projections.staged.Stage`, for its marks and its fold)."""
         if forwarded.input >= len(self.inputs):
             raise UndecodableRecord(
                 f"store {self.store!r} has {len(self.inputs)} inputs, no input {forwarded.input}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable, UndecodableRecord
@@ -107,12 +107,16 @@ class Stage:
         """``apply``, refusing reserved keys and computing what the record forwards (a record
         error of either is the record's, as a fold's)."""
         emitter = self.emitter
+        join = self.projection if _applies_forwarded(self.projection, apply) else None
 
         def staged(current: bytes | None, record: EventRecord) -> bytes | None:
             key = record.key
             if key is not None and key.startswith(RESERVED):
                 raise UndecodableRecord(RESERVED_KEY)
-            new_value = apply(current, record)
+            if join is not None and self._forwarded is not None:
+                new_value = join.apply_forwarded(current, record, self._forwarded)
+            else:
+                new_value = apply(current, record)
             if emitter is not None and key is not None:
                 self._pending = emitter.changes(key, current, new_value, self.offset)
             return new_value
@@ -146,6 +150,16 @@ class Stage:
         for key, value in written.items():
             writer.put(key, value)  # type: ignore[arg-type]  # never None here
         return written
+
+
+def _applies_forwarded(projection: Projection, apply: Apply) -> TypeGuard[Join]:
+    """Whether ``apply`` is ``projection``'s own :meth:`Join.apply`, which the task may call
+    as :meth:`Join.apply_forwarded` with the headers :meth:`Stage.admit` parsed already."""
+    return (
+        isinstance(projection, Join)
+        and type(projection).apply is Join.apply
+        and apply == projection.apply
+    )
 
 
 def _report_skipped(store: str, marks: Marks) -> None:
