@@ -22,7 +22,6 @@ from urllib.parse import quote
 
 from foldstream.errors import InvalidRequest, StoreNotFound
 from foldstream.http_input import InputLimits, Params, count, last, query_params
-from foldstream.kafka import partition_for
 from foldstream.query_api.batch import batch_answer
 from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
 from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
@@ -126,7 +125,7 @@ class LookupAnswers:
         self._names[raw_store] = store  # a store's: the cache stays as small as the layout
         if info.kind != "point":
             return error_answer(400, _not_a(store, "point", info))
-        partition = partition_for(key, info.partitions, info.partitioner)
+        partition = info.partition_of(key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if isinstance(location, Redirect):
             return redirect_answer(location, raw_path, params)
@@ -187,7 +186,7 @@ class LookupAnswers:
         version = stores.serving(store)
         info = stores.info(version)
         check_topic(token, store, info.topic)
-        partition = stores.partition(version, key)
+        partition = info.partition_of(key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if not isinstance(location, Local):
             return None, version  # the lookup redirects (keeping the token) or answers 503
@@ -217,7 +216,7 @@ class LookupAnswers:
         if info.kind != wanted:
             return error_answer(400, _not_a(store, wanted, info))
         span = span_of(info, key, ordered_params(query_string), self.limits, windows)
-        partition = stores.partition(version, key)
+        partition = info.partition_of(key)
         location = locator.locate(info.topic, partition, max_lag=max_lag)
         if not isinstance(location, Local):
             return _elsewhere(location, raw_path, params)

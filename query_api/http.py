@@ -119,7 +119,7 @@ class QueryRoutes:
         except StoreNotFound as exc:
             return error_response(404, str(exc))
         info = stores.info(version)
-        partition = stores.partition(version, key)
+        partition = info.partition_of(key)
         owner = cluster_partition(self.cluster(), info.topic, partition)
         return JSONResponse({"store": store, "key": key.decode(), "partition": partition, **owner})
 

@@ -48,6 +48,10 @@ class StoreInfo:
             return replace(info, window_ms=projection.size_ms, retention_ms=projection.retention_ms)
         return info
 
+    def partition_of(self, key: bytes) -> int:
+        """The partition of the store's source topic that holds ``key``, as its producer puts it."""
+        return partition_for(key, self.partitions, self.partitioner)
+
     @property
     def table_format(self) -> str:
         """The on-disk format of the store's partitions."""
@@ -128,10 +132,6 @@ class StoreReaders:
             return self.layout.get(store) or self.layout[self.names[logical_name(store)]]
         except KeyError:
             raise StoreNotFound(f"no store named {store!r}; stores: {sorted(self.names)}") from None
-
-    def partition(self, store: str, key: bytes) -> int:
-        info = self.info(store)
-        return partition_for(key, info.partitions, info.partitioner)
 
     def get(self, store: str, partition: int, key: bytes, *, standby: bool = False) -> bytes | None:
         """``key`` from this instance's active (or, with ``standby``, standby) copy."""
