@@ -43,7 +43,6 @@ from foldstream.tokens import Token
 _STORES = b"/stores/"
 _SAFE_IN_PATH = "/:@!$&'()*+,;=-._~"
 _ORDERED_READS = (RANGE, WINDOWS)
-_NO_PARAMS: tuple[Params, None] = ([], None)  # most lookups have no query string
 
 
 def raw_path_of(scope: dict[str, Any]) -> bytes:
@@ -118,7 +117,7 @@ class LookupAnswers:
             key = raw_key  # as limits.key() would have it, for fewer calls on the hot path
         else:
             key = limits.key(raw_key)
-        params, max_lag = routing_params(query_string) if query_string else _NO_PARAMS
+        params, max_lag = routing_params(query_string)
         stores, locator = self._started()
         version = version or stores.serving(store)
         info = stores.info(version)
