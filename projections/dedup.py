@@ -48,11 +48,11 @@ from collections.abc import Callable, Iterable
 from foldstream.domain.records import EventRecord
 from foldstream.errors import UndecodableRecord
 from foldstream.projections.forwarded import (
-    FORWARD_HEADER,
     RESERVED,
     Forwarded,
     Origin,
     Position,
+    origin_fields,
     parse_forwarded,
     parse_position,
     position_bytes,
@@ -84,12 +84,9 @@ def origins_of(records: Iterable[EventRecord]) -> list[Origin]:
     found: dict[Origin, None] = {}
     seen: set[bytes] = set()
     for record in records:
-        text = record.header(FORWARD_HEADER)
-        if text is None:
-            continue  # a poison record: its fold raises
-        named = b" ".join(text.split(None, 5)[2:5])  # emitter, topic, partition
-        if named in seen:
-            continue
+        named = origin_fields(record)
+        if named is None or named in seen:
+            continue  # no header (a poison record: its fold raises), or its origin is found
         try:
             found.setdefault(parse_forwarded(record).origin)
         except UndecodableRecord:

@@ -114,6 +114,14 @@ def parse_forwarded(record: EventRecord) -> Forwarded:
     return forwarded
 
 
+def origin_fields(record: EventRecord) -> bytes | None:
+    """The origin's fields of ``record``'s :data:`FORWARD_HEADER` as sent (emitter, topic and
+    partition, unchecked), or None without the header: records of one origin share them, so a
+    chunk parses one record per origin (:func:`parse_forwarded` checks them)."""
+    text = record.header(FORWARD_HEADER)
+    return None if text is None else b" ".join(text.split(None, 5)[2:5])
+
+
 def _natural(text: str) -> int:
     """A decimal of at most 18 digits (what an offset or an index can be)."""
     if not (text.isascii() and text.isdigit() and len(text) <= 18):
