@@ -362,7 +362,7 @@ def served_by_json(location: Local, partition: int) -> bytes:
     return _served_by(location.instance, location.role, partition, location.lag)
 
 
-@lru_cache(maxsize=4096)  # a few per partition: encoding it was a tenth of a lookup's CPU
+@lru_cache(maxsize=4096)  # a few per copy; encoding it per lookup was costly (docs/benchmarks.md)
 def _served_by(instance: str, role: str, partition: int, lag: int | None) -> bytes:
     return json.dumps(
         {"instance": instance, "role": role, "partition": partition, "lag": lag}
