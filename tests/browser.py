@@ -13,12 +13,16 @@ import base64
 import contextlib
 import itertools
 import json
+import os
+import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,12 +56,15 @@ class Browser:
     """A headless Chromium process with a profile of its own; :meth:`close` stops it."""
 
     def __init__(self, path: str | None = None, timeout: float = 60.0) -> None:
-        self._profile = tempfile.TemporaryDirectory(prefix="foldstream-chromium-")
-        profile = Path(self._profile.name)
+        self._profile = tempfile.mkdtemp(prefix="foldstream-chromium-")
+        profile = Path(self._profile)
         self.process = subprocess.Popen(
             [path or chromium_path(), *FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # A session of its own, so that close() can stop Chromium's helper processes too:
+            # they outlive the main one for a moment and write into the profile meanwhile.
+            start_new_session=True,
         )
         active = profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
@@ -104,7 +111,22 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        self._profile.cleanup()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        _remove_profile(self._profile)
+
+
+@retry(
+    retry=retry_if_exception_type(OSError),
+    stop=stop_after_delay(10),
+    wait=wait_fixed(0.2),
+    reraise=True,
+)
+def _remove_profile(path: str) -> None:
+    # A killed helper may be reaped a moment after the signal; until then it can still create
+    # files, and rmtree then meets a directory that is not empty.
+    if os.path.exists(path):
+        shutil.rmtree(path)
 
 
 class Page:
