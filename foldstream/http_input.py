@@ -20,6 +20,14 @@ from foldstream.errors import ConfigurationError, InvalidRequest
 if TYPE_CHECKING:  # the settings (and so the CLI) import this module: Starlette loads to serve
     from starlette.requests import Request
 
+
+def has_bytes(data: bytes, part: bytes) -> bool:
+    """``part in data``, for the hot paths: CPython's ``bytes.__contains__`` first tries ``part``
+    as an integer and raises and clears a ``TypeError`` for every ``bytes`` one, which costs
+    several times the search (``find`` tells bytes from integers without raising)."""
+    return data.find(part) != -1
+
+
 #: The largest integer a parameter or a command's argument may carry (a signed 64-bit one):
 #: what Kafka, JSON readers in other languages and the stores handle without surprises.
 MAX_INT = 2**63 - 1
@@ -70,7 +78,7 @@ class InputLimits:
 
     def key(self, raw: bytes, what: str = "key") -> bytes:
         """The percent-decoded bytes of a key or aggregate id from a path segment."""
-        key = unquote_to_bytes(raw) if b"%" in raw else raw
+        key = unquote_to_bytes(raw) if has_bytes(raw, b"%") else raw
         utf8(key, what)
         if len(key) > self.max_key_bytes:
             raise InvalidRequest(
@@ -82,7 +90,7 @@ class InputLimits:
 
     def name(self, raw: bytes, what: str) -> str:
         """A store, aggregate or command name from a path segment, percent-decoded."""
-        name = unquote_to_bytes(raw) if b"%" in raw else raw
+        name = unquote_to_bytes(raw) if has_bytes(raw, b"%") else raw
         if len(name) > self.max_name_bytes:
             raise InvalidRequest(
                 f"the {what} is {len(name)} bytes long; at most {self.max_name_bytes}"

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from foldstream.errors import InvalidRequest, StoreNotFound
-from foldstream.http_input import InputLimits, Params, count, last, query_params
+from foldstream.http_input import InputLimits, Params, count, has_bytes, last, query_params
 from foldstream.query_api.batch import batch_answer
 from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
 from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
@@ -59,7 +59,7 @@ def store_path(raw_path: bytes, kind: bytes) -> tuple[bytes, bytes] | None:
     store, slash, rest = raw_path[len(_STORES) :].partition(b"/")
     if not store or not slash or not rest.startswith(kind):
         return None
-    if b"%" in store and b"%2f" in store.lower():
+    if has_bytes(store, b"%") and has_bytes(store.lower(), b"%2f"):
         return None  # decoded, its path has another shape: the routes see another path
     return store, rest[len(kind) :]
 
@@ -113,7 +113,11 @@ class LookupAnswers:
         store = self._names.get(raw_store) or limits.name(raw_store, "store name")
         if raw_key.endswith(_ORDERED_READS):
             return self._ordered(raw_path, query_string, store, raw_key, version)
-        if raw_key.isascii() and b"%" not in raw_key and len(raw_key) <= limits.max_key_bytes:
+        if (
+            raw_key.isascii()
+            and not has_bytes(raw_key, b"%")
+            and len(raw_key) <= limits.max_key_bytes
+        ):
             key = raw_key  # as limits.key() would have it, for fewer calls on the hot path
         else:
             key = limits.key(raw_key)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii
 
 from foldstream.errors import InvalidRequest
-from foldstream.http_input import RESERVED_KEY_PREFIX, RESERVED_KEYS, InputLimits
+from foldstream.http_input import RESERVED_KEY_PREFIX, RESERVED_KEYS, InputLimits, has_bytes
 from foldstream.kafka import partitions_for
 from foldstream.query_api.stores import StoreReaders
 from foldstream.routing import Local, Locator, Redirect
@@ -49,7 +49,7 @@ def _keys(body: bytes, limits: InputLimits) -> list[bytes]:
     if raw and (longest := max(map(len, raw))) > limits.max_key_bytes:
         raise BadBatch(f"a key is {longest} bytes long; at most {limits.max_key_bytes}")
     # JSON spells a NUL "\u0000" (strict parsing refuses a raw one): most bodies skip the loop.
-    if b"\\u0000" in body and any(key.startswith(RESERVED_KEY_PREFIX) for key in raw):
+    if has_bytes(body, b"\\u0000") and any(key.startswith(RESERVED_KEY_PREFIX) for key in raw):
         raise BadBatch(f"a key starting with a NUL byte is reserved: {RESERVED_KEYS}")
     return raw
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from foldstream.errors import InvalidRequest
-from foldstream.http_input import last, query_params
+from foldstream.http_input import has_bytes, last, query_params
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import NO_STORE, Answer, error_answer
 from foldstream.tokens import HEADER, PARAM, Token, parse_token
@@ -34,7 +34,7 @@ _PARAM_BYTES = PARAM.encode() + b"="
 def has_token(query_string: bytes) -> bool:
     """Whether a query string may carry a token (cheap: the fast paths leave those to the
     app, which can wait)."""
-    return _PARAM_BYTES in query_string
+    return has_bytes(query_string, _PARAM_BYTES)
 
 
 def token_header(scope: Mapping[str, Any]) -> bytes | None:
