@@ -54,6 +54,8 @@ SONGS_PER_GENRE = 4
 ASSETS = 40
 #: Trades each side folds before the timed ones (the module's docstring).
 WARM_UP_TRADES = 600
+#: How long either side may take to fold what it was given before the section fails.
+FOLD_TIMEOUT_S = 600
 
 
 def _get(url: str) -> Any:
@@ -153,10 +155,13 @@ def _instance_throughput(
 
 
 def _await_exposure(url: str, expected: dict[str, int]) -> None:
+    deadline = time.monotonic() + FOLD_TIMEOUT_S
     while not all(
         (v := _get(f"{url}/stores/exposure/keys/{a}")) and v["quantity"] == q
         for a, q in expected.items()
     ):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"exposure at {url} did not hold every trade in {FOLD_TIMEOUT_S} s")
         time.sleep(0.05)
 
 
@@ -222,15 +227,18 @@ def _plain_throughput(
         thread.start()
     started = time.monotonic()
     _produce(bootstrap, events, warm_up)
-    warmed.wait(300)
+    warm = warmed.wait(FOLD_TIMEOUT_S)
     warm_up_s = time.monotonic() - started
     started = time.monotonic()
-    _produce(bootstrap, events, records)
-    done.wait(300)
+    if warm:
+        _produce(bootstrap, events, records)
+    finished = warm and done.wait(FOLD_TIMEOUT_S)
     elapsed = time.monotonic() - started
     done.set()
     for thread in threads:
         thread.join(30)
+    if not finished:
+        raise TimeoutError(f"the plain re-key and fold did not finish in {FOLD_TIMEOUT_S} s")
     return len(records) / elapsed, warm_up_s
 
 
