@@ -14,10 +14,13 @@ everything appended before T has been read. A member is silent when its newest r
 broker, a busy process) therefore never declares the others dead for its own delay.
 
 The topic also holds the newest :class:`~foldstream.cluster.assignment.Assignment` (key
-``ASSIGNMENT_KEY``), published by the leader (:mod:`.leader`). Every record is untrusted input
-(:mod:`.records`): one that does not parse, or whose epoch or generation leaps further than
-:data:`MAX_STEP` beyond the newest seen, is logged, counted and ignored; nothing read can stop
-the thread that reads.
+``ASSIGNMENT_KEY``), published by the leader (:mod:`.leader`). The topic is read uncommitted:
+an assignment whose transaction a newer leader aborted is read too, and superseded by that
+leader's next generation (the leader's fencing keeps a deposed leader from writing after).
+
+Every record is untrusted input (:mod:`.records`): one that does not parse, or whose epoch or
+generation leaps further than :data:`MAX_STEP` beyond the newest seen, is logged, counted and
+ignored; nothing read can stop the thread that reads.
 """
 
 from __future__ import annotations
@@ -85,7 +88,17 @@ class ClusterMap:
         self.invalid_records = 0
         self._invalid_logged_at = 0.0
         self._producer = Producer(producer_config(bootstrap, linger_ms=0))
-        self._consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+        # read_uncommitted: a leader stopped inside its transaction (paused, killed) would
+        # otherwise hold every member's view at that record until the transaction times out
+        # (Kafka: transaction.timeout.ms, a minute by default; Tansu 0.6: never), so no member
+        # could notice it gone and lead instead.
+        self._consumer = Consumer(
+            consumer_config(
+                bootstrap,
+                fetch_wait_max_ms=fetch_wait_max_ms,
+                **{"isolation.level": "read_uncommitted"},
+            )
+        )
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self._thread = threading.Thread(target=self._run, name="cluster-map", daemon=True)
 

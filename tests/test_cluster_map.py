@@ -1,0 +1,68 @@
+"""The cluster map's view keeps moving whatever one member leaves behind on the cluster topic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from foldstream.broker import EmbeddedBroker
+from foldstream.cluster.assignment import Assignment
+from foldstream.cluster.map import ASSIGNMENT_KEY, ClusterMap
+from foldstream.cluster.records import MemberState
+from foldstream.kafka_topics import TopicSpec, ensure_topics
+from foldstream.testing.scenario import wait_until
+
+
+@pytest.fixture
+def cluster_topic(tmp_path: Path, broker: EmbeddedBroker) -> str:
+    topic = f"map-{tmp_path.name}.cluster"
+    ensure_topics(broker.bootstrap, [TopicSpec(topic, 1, compact=True)])
+    return topic
+
+
+@pytest.fixture
+def watcher(cluster_topic: str, broker: EmbeddedBroker) -> Iterator[ClusterMap]:
+    cluster_map = ClusterMap(
+        bootstrap=broker.bootstrap, topic=cluster_topic, member_id="m-b", liveness_s=1.0
+    )
+    cluster_map.start()
+    yield cluster_map
+    cluster_map.close()
+
+
+def _state(member_id: str) -> MemberState:
+    return MemberState(id=member_id, url=f"http://127.0.0.1:1/{member_id}")
+
+
+def test_a_leader_stopped_inside_its_transaction_drops_out_and_later_records_are_read(
+    watcher: ClusterMap, cluster_topic: str, broker: EmbeddedBroker
+) -> None:
+    """A leader paused or killed between producing an assignment and committing it leaves an
+    open transaction; the other members still read past it, see the leader fall silent and
+    see the members that publish after it."""
+    heartbeats = Producer({"bootstrap.servers": broker.bootstrap})
+    heartbeats.produce(cluster_topic, key=b"m-a", value=_state("m-a").to_json())
+    heartbeats.flush(10)
+    leader = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "map-leader"})
+    leader.init_transactions(10)
+    leader.begin_transaction()
+    planned = Assignment(1, "m-a", {"events": {"0": "m-a"}}, members=["m-a", "m-b"])
+    leader.produce(cluster_topic, key=ASSIGNMENT_KEY, value=planned.to_json())
+    leader.flush(10)  # appended, never committed: the leader stands still from here
+    heartbeats.produce(cluster_topic, key=b"m-c", value=_state("m-c").to_json())
+    heartbeats.flush(10)
+
+    def view() -> set[str]:
+        watcher.publish(_state("m-b"))  # its beats read back move its view on
+        heartbeats.produce(cluster_topic, key=b"m-c", value=_state("m-c").to_json())
+        heartbeats.poll(0)
+        return set(watcher.members())
+
+    wait_until(lambda: "m-c" in view(), lambda: f"m-c never seen: {view()}", timeout=30)
+    wait_until(lambda: view() == {"m-b", "m-c"}, lambda: f"m-a never dropped: {view()}", timeout=30)
+    # Read uncommitted: the open transaction's assignment is read too, and a newer leader's
+    # next generation supersedes it.
+    assert watcher.assignment().generation == 1
