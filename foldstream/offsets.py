@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
+from foldstream.domain.records import kafka_timestamp
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import consume_available, consumer_config
 
@@ -33,6 +34,18 @@ class TailRecord(NamedTuple):
     value: bytes | None
     headers: list[tuple[str, bytes | None]] | None
     timestamp: int | None = None
+
+    @classmethod
+    def from_message(cls, message: Any) -> TailRecord:
+        """The record a consumer's message holds, as
+        :meth:`~foldstream.domain.records.EventRecord.from_message` reads it."""
+        return cls(
+            message.offset(),
+            message.key(),
+            message.value(),
+            message.headers(),
+            kafka_timestamp(message.timestamp()),
+        )
 
 
 class KeptRecords:
@@ -101,14 +114,19 @@ class KeptRecords:
         for partition in (set(self._kept) | set(self._start)) - self._only:
             self.forget(partition)
 
-    def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
-        """The records at offsets ``[start, end)``, or None unless the range is kept whole."""
+    def messages(self, partition: int, start: int, end: int) -> list[Any] | None:
+        """The consumer's messages at offsets ``[start, end)``, or None unless the range is
+        kept whole."""
         kept_start, kept_end = self._start.get(partition), self._end.get(partition, -1)
         if kept_start is None or kept_start > start or kept_end < end:
             return None
         kept = self._kept.get(partition, [])
         first = bisect.bisect_left(kept, start, key=_offset)
-        return [_tail_record(m) for m in kept[first : bisect.bisect_left(kept, end, key=_offset)]]
+        return kept[first : bisect.bisect_left(kept, end, key=_offset)]
+
+    def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
+        """The records at offsets ``[start, end)``, or None unless the range is kept whole."""
+        return _tail_records(self.messages(partition, start, end))
 
     def forget_below(self, partition: int, offset: int) -> None:
         """Drop the records below ``offset``."""
@@ -193,7 +211,9 @@ class EndOffsets:
         aborted or compacted records) are missing from the list, as they are from a read.
         """
         with self._changed:
-            return self._kept.records(partition, start, end)
+            messages = self._kept.messages(partition, start, end)
+        # Built outside the lock: the tail thread reads on meanwhile.
+        return _tail_records(messages)
 
     def forget_below(self, offsets: dict[int, int]) -> None:
         """Drop the kept records below ``offsets[partition]`` (those are folded already)."""
@@ -239,15 +259,8 @@ def _offset(message: Any) -> int:
     return message.offset()  # type: ignore[no-any-return]
 
 
-def _tail_record(message: Any) -> TailRecord:
-    stamp_type, stamp = message.timestamp()  # type 0: the record has no timestamp
-    return TailRecord(
-        message.offset(),
-        message.key(),
-        message.value(),
-        message.headers(),
-        stamp if stamp_type else None,
-    )
+def _tail_records(messages: list[Any] | None) -> list[TailRecord] | None:
+    return None if messages is None else [TailRecord.from_message(m) for m in messages]
 
 
 def holds_records(
