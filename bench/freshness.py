@@ -58,7 +58,8 @@ class ClientResult:
 def run_client(
     url: str, *, rate: float, seconds: float, keys: int, probe_every: int = 50
 ) -> ClientResult:
-    """Run :func:`_client` in a separate (spawned) process and return what it saw."""
+    """Run :func:`_client` in a separate (spawned) process and return what it saw
+    (``probe_every=0``: commands only, no probe)."""
     context = multiprocessing.get_context("spawn")
     with context.Pool(1) as pool:
         return pool.apply(_client, (url, rate, seconds, keys, probe_every))
@@ -94,7 +95,7 @@ def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) 
             return
         acknowledged = time.monotonic()
         result.ack_ms.append((acknowledged - sent) * 1e3)
-        if n % probe_every == 0:
+        if probe_every and n % probe_every == 0:
             answer = json.loads(body)
             visible = await probe(connection, key, answer["events"][-1]["version"])
             position = answer["position"]
