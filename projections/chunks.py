@@ -46,9 +46,9 @@ def records_of_planned(planned: Planned) -> dict[int, Records]:
 #: changelog records) stays bounded however large the micro-batch, e.g. a rebuild's: by this many
 #: records per partition the task reads (a partition's records wait until they fill a chunk or
 #: the task's input ends). Each chunk sends one changelog record per key it changed: larger
-#: chunks send fewer, and a rebuild folds more events per CPU-second (docs/decisions.md,
-#: "Folding in the reader").
-FOLD_CHUNK_RECORDS = 50_000
+#: chunks send fewer, and a rebuild folds more events per CPU-second, but a busy task worker
+#: holds more (docs/decisions.md, "Folding in the reader").
+FOLD_CHUNK_RECORDS = 20_000
 
 
 def partition_chunks(
