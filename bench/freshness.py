@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import json
 import multiprocessing
 import random
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from multiprocessing.pool import Pool
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -33,6 +36,10 @@ from foldstream.projections.fold import fold_partition
 from foldstream.state import RocksDBWriter, partition_path
 
 IN_FLIGHT = 64
+#: A command not answered within this long counts as failed.
+ANSWER_TIMEOUT_S = 30.0
+#: How long a probe polls for the value to show.
+PROBE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -55,14 +62,39 @@ class ClientResult:
     cores: dict[str, float] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def client_process() -> Iterator[Pool]:
+    """A spawned process for :func:`run_client`, started and its imports done on entry: a
+    round measured around ``run_client`` then counts the load alone."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(_ready)
+        yield pool
+
+
 def run_client(
-    url: str, *, rate: float, seconds: float, keys: int, probe_every: int = 50
+    url: str,
+    *,
+    rate: float,
+    seconds: float,
+    keys: int,
+    probe_every: int = 50,
+    process: Pool | None = None,
 ) -> ClientResult:
-    """Run :func:`_client` in a separate (spawned) process and return what it saw
-    (``probe_every=0``: commands only, no probe)."""
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
-        return pool.apply(_client, (url, rate, seconds, keys, probe_every))
+    """Run :func:`_client` in ``process`` (a new :func:`client_process` when None) and return
+    what it saw (``probe_every=0``: commands only, no probe)."""
+    if process is None:
+        with client_process() as new:
+            return run_client(
+                url, rate=rate, seconds=seconds, keys=keys, probe_every=probe_every, process=new
+            )
+    args = (url, rate, seconds, keys, probe_every)
+    # Every request and probe is bounded (ANSWER_TIMEOUT_S, PROBE_TIMEOUT_S): so is the round.
+    bound = seconds + ANSWER_TIMEOUT_S + PROBE_TIMEOUT_S + 60
+    return process.apply_async(_client, args).get(timeout=bound)
+
+
+def _ready() -> None:
+    """Nothing: the spawned process has imported this module once it ran."""
 
 
 def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) -> ClientResult:
@@ -72,9 +104,16 @@ def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) 
     host, port = address.hostname or "127.0.0.1", address.port or 80
 
     async def probe(connection: Connection, key: str, version: int) -> float | None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
         while time.monotonic() < deadline:
-            status, body, _ = await connection.request("GET", f"/stores/stock/keys/{key}")
+            try:
+                status, body, _ = await asyncio.wait_for(
+                    connection.request("GET", f"/stores/stock/keys/{key}"),
+                    max(0.001, deadline - time.monotonic()),
+                )
+            except TimeoutError:
+                connection.close()
+                return None
             if status == 200 and json.loads(body)["value"]["on_hand"] >= version - 1:
                 return time.monotonic()
             await asyncio.sleep(0.005)  # nothing to await: the API has no change feed
@@ -84,10 +123,14 @@ def _client(url: str, rate: float, seconds: float, keys: int, probe_every: int) 
         key = sku(rng.randrange(keys))
         sent = time.monotonic()
         try:
-            status, body, _ = await connection.request(
-                "POST", f"/commands/product/{key}/receive_shipment", b'{"quantity":1}'
+            status, body, _ = await asyncio.wait_for(
+                connection.request(
+                    "POST", f"/commands/product/{key}/receive_shipment", b'{"quantity":1}'
+                ),
+                ANSWER_TIMEOUT_S,
             )
-        except ConnectionError:
+        except (ConnectionError, TimeoutError):
+            connection.close()  # an answer may still come: the connection starts afresh
             result.failed += 1
             return
         if status != 200:
