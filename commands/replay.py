@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 CONTROL_HEADER = "foldstream-control"
 #: Records a replay skips that it logs one by one; the rest are counted in one message.
 LOGGED_SKIPS = 20
+#: What a replay's consumer fetches ahead, at most. Applying events is far slower than reading
+#: them, so librdkafka's default (64 MB) would sit in the API process's memory for the whole
+#: replay (docs/decisions.md, "Memory").
+PREFETCH_KB = 4096
 
 
 @dataclass
@@ -62,7 +66,9 @@ def replay(
     starts = {p: target.replay_start() for p, target in aggregates.items()}
     done.starts = dict(starts)
     last: dict[int, int] = {}
-    batches = read_partitions_to_end(bootstrap, topic, starts, fetch_wait_max_ms=fetch_wait_max_ms)
+    batches = read_partitions_to_end(
+        bootstrap, topic, starts, fetch_wait_max_ms=fetch_wait_max_ms, prefetch_kbytes=PREFETCH_KB
+    )
     for batch in batches:
         between_batches()
         for message in batch:

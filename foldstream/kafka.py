@@ -104,9 +104,11 @@ def read_partitions_to_end(
     *,
     fetch_wait_max_ms: int = 10,
     timeout: float = 30.0,
+    prefetch_kbytes: int | None = None,
 ) -> Iterator[list[Any]]:
     """The records of ``topic`` from ``starts`` (``{partition: offset}``) to each partition's
-    end, in poll batches.
+    end, in poll batches; ``prefetch_kbytes`` bounds what the consumer fetches ahead of them
+    (None: librdkafka's default, 64 MB).
 
     The end is where each partition reports end-of-partition after its last record, which is
     right even on brokers that under-report log end offsets. Reading every partition from 0
@@ -115,6 +117,8 @@ def read_partitions_to_end(
     broker that answers nothing at all, such as Tansu, is reported after ``timeout``).
     """
     config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+    if prefetch_kbytes is not None:
+        config["queued.max.messages.kbytes"] = prefetch_kbytes
     if any(starts.values()):
         config["auto.offset.reset"] = "error"
     consumer = Consumer(config)
