@@ -59,8 +59,8 @@ class KeptRecords:
     earlier offset, not being kept for a while) starts the partition's range again.
 
     The consumer's messages are kept as they are, and a :class:`TailRecord` is built only for a
-    range :meth:`records` serves: behind a backlog most kept records are dropped unserved, and
-    building one for each read record was most of the tail's CPU.
+    range :meth:`EndOffsets.records` serves: behind a backlog most kept records are dropped
+    unserved, and building one for each read record was most of the tail's CPU.
     """
 
     def __init__(self, limit: int) -> None:
@@ -123,10 +123,6 @@ class KeptRecords:
         kept = self._kept.get(partition, [])
         first = bisect.bisect_left(kept, start, key=_offset)
         return kept[first : bisect.bisect_left(kept, end, key=_offset)]
-
-    def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
-        """The records at offsets ``[start, end)``, or None unless the range is kept whole."""
-        return _tail_records(self.messages(partition, start, end))
 
     def forget_below(self, partition: int, offset: int) -> None:
         """Drop the records below ``offset``."""

@@ -169,43 +169,43 @@ class Message:
         return 1, 1_700_000_000_000 + self._offset
 
 
-def offsets(kept: list[TailRecord] | None) -> list[int] | None:
-    return None if kept is None else [r.offset for r in kept]
+def offsets(kept: list[Message] | None) -> list[int] | None:
+    return None if kept is None else [m.offset() for m in kept]
 
 
 def test_a_consumer_that_went_back_claims_nothing_it_has_not_read_again() -> None:
     kept = KeptRecords(limit=100)
     for offset in range(10):
         kept.on_record(0, Message(offset))
-    assert offsets(kept.records(0, 5, 10)) == [5, 6, 7, 8, 9]
+    assert offsets(kept.messages(0, 5, 10)) == [5, 6, 7, 8, 9]
     for offset in (5, 6):  # an offset reset sent the consumer back to 5
         kept.on_record(0, Message(offset))
-    assert kept.records(0, 5, 10) is None  # 7-9 are not read again yet
-    assert offsets(kept.records(0, 5, 7)) == [5, 6]
-    assert kept.records(0, 4, 7) is None
+    assert kept.messages(0, 5, 10) is None  # 7-9 are not read again yet
+    assert offsets(kept.messages(0, 5, 7)) == [5, 6]
+    assert kept.messages(0, 4, 7) is None
 
 
 def test_an_error_or_a_pause_in_keeping_starts_the_range_again() -> None:
     kept = KeptRecords(limit=100)
     kept.on_end(0, 3)
     kept.on_record(0, Message(4))  # offset 3 held a transaction marker
-    assert offsets(kept.records(0, 3, 5)) == [4]
+    assert offsets(kept.messages(0, 3, 5)) == [4]
     kept.forget(0)  # the consumer reported an error
     kept.on_record(0, Message(7))
-    assert kept.records(0, 3, 8) is None and offsets(kept.records(0, 7, 8)) == [7]
+    assert kept.messages(0, 3, 8) is None and offsets(kept.messages(0, 7, 8)) == [7]
     kept.keep_only({1})
     kept.on_record(0, Message(8))  # not kept: nobody reads partition 0 now
     kept.keep_only({0, 1})
     kept.on_record(0, Message(9))
-    assert kept.records(0, 7, 10) is None  # 8 was read while partition 0 was not kept
-    assert offsets(kept.records(0, 9, 10)) == [9]
+    assert kept.messages(0, 7, 10) is None  # 8 was read while partition 0 was not kept
+    assert offsets(kept.messages(0, 9, 10)) == [9]
 
 
 def test_a_limit_of_one_keeps_the_newest_record() -> None:
     kept = KeptRecords(limit=1)
     for offset in range(3):
         kept.on_record(0, Message(offset))
-    assert offsets(kept.records(0, 2, 3)) == [2] and kept.records(0, 1, 3) is None
+    assert offsets(kept.messages(0, 2, 3)) == [2] and kept.messages(0, 1, 3) is None
 
 
 def test_forgetting_past_what_was_read_keeps_nothing_stale() -> None:
@@ -213,10 +213,10 @@ def test_forgetting_past_what_was_read_keeps_nothing_stale() -> None:
     for offset in range(5):
         kept.on_record(0, Message(offset))
     kept.forget_below(0, 3)
-    assert offsets(kept.records(0, 3, 5)) == [3, 4] and kept.records(0, 2, 5) is None
+    assert offsets(kept.messages(0, 3, 5)) == [3, 4] and kept.messages(0, 2, 5) is None
     kept.forget_below(0, 8)  # beyond what was read: the range starts again
     kept.on_record(0, Message(5))
-    assert offsets(kept.records(0, 5, 6)) == [5]
+    assert offsets(kept.messages(0, 5, 6)) == [5]
 
 
 def test_an_end_below_what_was_kept_drops_it() -> None:
@@ -224,6 +224,6 @@ def test_an_end_below_what_was_kept_drops_it() -> None:
     for offset in range(10):
         kept.on_record(0, Message(offset))
     kept.on_end(0, 7)  # the log was cut back to 7: offsets 7-9 may hold other records now
-    assert kept.records(0, 5, 10) is None and kept.records(0, 5, 7) is None
+    assert kept.messages(0, 5, 10) is None and kept.messages(0, 5, 7) is None
     kept.on_record(0, Message(7))
-    assert offsets(kept.records(0, 7, 8)) == [7]
+    assert offsets(kept.messages(0, 7, 8)) == [7]
