@@ -25,7 +25,7 @@ from foldstream.commands.aggregates import PartitionAggregates
 from foldstream.commands.unreplayable import AggregateUnreplayable, Broken
 from foldstream.domain import EventCodec, EventRecord
 from foldstream.domain.records import HEADER_TYPE
-from foldstream.kafka import read_partitions_to_end
+from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, read_partitions_to_end
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,6 @@ log = logging.getLogger(__name__)
 CONTROL_HEADER = "foldstream-control"
 #: Records a replay skips that it logs one by one; the rest are counted in one message.
 LOGGED_SKIPS = 20
-#: What a replay's consumer fetches ahead, at most. Applying events is far slower than reading
-#: them, so librdkafka's default (64 MB) would sit in the API process's memory for the whole
-#: replay (docs/decisions.md, "Memory").
-PREFETCH_KB = 4096
 
 
 @dataclass
@@ -67,7 +63,12 @@ def replay(
     done.starts = dict(starts)
     last: dict[int, int] = {}
     batches = read_partitions_to_end(
-        bootstrap, topic, starts, fetch_wait_max_ms=fetch_wait_max_ms, prefetch_kbytes=PREFETCH_KB
+        bootstrap,
+        topic,
+        starts,
+        fetch_wait_max_ms=fetch_wait_max_ms,
+        # applying events is far slower than reading them
+        prefetch_kbytes=BOUNDED_PREFETCH_KBYTES,
     )
     for batch in batches:
         between_batches()

@@ -169,6 +169,12 @@ def producer_config(bootstrap: str, *, linger_ms: int = 5, **extra: object) -> d
     )
 
 
+#: What a consumer that handles records slower than it could fetch them buffers ahead, at most
+#: (``queued.max.messages.kbytes``): a few fetches keep it busy, and librdkafka's default, 64 MB,
+#: would sit in the process's memory (docs/decisions.md, "Memory").
+BOUNDED_PREFETCH_KBYTES = 4096
+
+
 def consumer_config(
     bootstrap: str, *, fetch_wait_max_ms: int = 10, **extra: object
 ) -> dict[str, object]:

@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from foldstream.domain.records import kafka_timestamp
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import consume_available, consumer_config
+from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, consume_available, consumer_config
 
 
 class TailRecord(NamedTuple):
@@ -164,7 +164,10 @@ class EndOffsets:
             consumer_config(
                 bootstrap,
                 fetch_wait_max_ms=fetch_wait_max_ms,
-                **{"fetch.message.max.bytes": 65536, "queued.max.messages.kbytes": 4096},
+                **{
+                    "fetch.message.max.bytes": 65536,
+                    "queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES,
+                },
             )
         )
         self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in self.partitions])

@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import consume_available, consumer_config
+from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, consume_available, consumer_config
 from foldstream.kafka_client import install_from_options
 from foldstream.offsets import EndOffsets, TailRecord
 
@@ -48,9 +48,8 @@ def _consumer(bootstrap: str, fetch_wait_max_ms: int) -> Consumer:
             consumer_config(
                 bootstrap,
                 fetch_wait_max_ms=fetch_wait_max_ms,
-                # librdkafka prefetches up to 64 MB per consumer by default; a few fetches ahead
-                # keep a reader busy, and the rest would be memory of every Python worker.
-                **{"queued.max.messages.kbytes": 4096},
+                # bounded: one such consumer lives in every Python worker
+                **{"queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES},
             )
         )
         _consumers[bootstrap] = consumer
