@@ -67,6 +67,20 @@ class Round:
     failed: int
     kept: bool = True  # it answered the rate it was sent (open-loop rounds)
 
+    @classmethod
+    def of(
+        cls, answered: int, cpu: CpuMeter, seconds: float, p99_ms: float, failed: int, kept: bool
+    ) -> Round:
+        """The round of ``answered`` commands in ``seconds``, ``cpu`` counted meanwhile."""
+        return cls(
+            per_api_cpu=answered / max(cpu.root_seconds, 1e-9),
+            per_tree_cpu=answered / max(cpu.seconds, 1e-9),
+            per_second=answered / max(seconds, 1e-9),
+            p99_ms=p99_ms,
+            failed=failed,
+            kept=kept,
+        )
+
 
 def _closed_round(run: BenchRun, url: str, pid: int) -> Round:
     """``wrk`` at :data:`CONNECTIONS` connections, each sending its next command on an answer."""
@@ -74,13 +88,8 @@ def _closed_round(run: BenchRun, url: str, pid: int) -> Round:
     with CpuMeter(pid) as cpu:
         result = run_load(run.wrk, url, load, seconds=run.size["seconds"], connections=CONNECTIONS)
     answered = max(0, result.requests - result.non_2xx)  # wrk's requests are its answers
-    return Round(
-        per_api_cpu=answered / max(cpu.root_seconds, 1e-9),
-        per_tree_cpu=answered / max(cpu.seconds, 1e-9),
-        per_second=answered / max(result.seconds, 1e-9),
-        p99_ms=result.p99_ms,
-        failed=result.non_2xx + result.errors,
-    )
+    failed = result.non_2xx + result.errors
+    return Round.of(answered, cpu, result.seconds, result.p99_ms, failed, kept=True)
 
 
 def _open_round(run: BenchRun, url: str, pid: int) -> Round:
@@ -98,14 +107,9 @@ def _open_round(run: BenchRun, url: str, pid: int) -> Round:
     answered = result.sent - result.failed
     # Counted, not a rate: the round's time runs on until its last answer came.
     sent_on_schedule = run.size["command_rate"] * run.size["seconds"]
-    return Round(
-        per_api_cpu=answered / max(cpu.root_seconds, 1e-9),
-        per_tree_cpu=answered / max(cpu.seconds, 1e-9),
-        per_second=answered / max(result.seconds, 1e-9),
-        p99_ms=percentile(result.ack_ms, 0.99) if result.ack_ms else float("nan"),
-        failed=result.failed,
-        kept=answered >= KEPT_RATE * sent_on_schedule,
-    )
+    p99_ms = percentile(result.ack_ms, 0.99) if result.ack_ms else float("nan")
+    kept = answered >= KEPT_RATE * sent_on_schedule
+    return Round.of(answered, cpu, result.seconds, p99_ms, result.failed, kept)
 
 
 def plain_command_figures(run: BenchRun) -> list[Figure]:
@@ -165,16 +169,16 @@ def _failed_note(ours: list[Round], plain: list[Round]) -> str:
 
 
 def _equal_rate_figure(ours: list[Round], plain: list[Round], rate: float, idle: float) -> Figure:
-    answered = _median(ours, "per_second"), _median(plain, "per_second")
+    answered_per_s = _median(ours, "per_second"), _median(plain, "per_second")
     note = (
         f"{rate:,.0f} commands/s sent open-loop to each, medians of {len(ours)} alternated "
-        f"rounds; answered/s {answered[0]:,.0f} vs {answered[1]:,.0f}, p99 "
+        f"rounds; answered/s {answered_per_s[0]:,.0f} vs {answered_per_s[1]:,.0f}, p99 "
         f"{_median(ours, 'p99_ms'):.0f} vs {_median(plain, 'p99_ms'):.0f} ms; the instance's "
         f"whole tree (with the fold): {_median(ours, 'per_tree_cpu'):,.0f} commands/CPU-s; its "
         f"API process uses {idle:.2f} CPU-s/s idle (background threads)"
     )
     if _median(ours, "per_api_cpu") > 0:
-        used = answered[0] / _median(ours, "per_api_cpu")
+        used = answered_per_s[0] / _median(ours, "per_api_cpu")
         note += f", {idle / max(used, 1e-9):.0%} of what it used at this rate"
     behind = [
         side
