@@ -230,6 +230,7 @@ class Instance:
             on_applied=self.applied.applied,
             on_late=self.metrics.observe_late,
             formats=self.catalog.formats,
+            unmapped=self.catalog.unmapped,
         )
         host.start()
         stack.callback(host.stop)

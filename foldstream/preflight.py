@@ -80,7 +80,7 @@ def store_layouts(service: Service, settings: Settings) -> dict[str, StoreLayout
     if service.aggregates:
         changelog = settings.changelog_topic(AGGREGATE_STORE)
         layouts[AGGREGATE_STORE] = StoreLayout(
-            events, changelog, settings.on_stale_state, follows_source=False
+            events, changelog, settings.on_stale_state, follows_source=False, mapped_reads=False
         )
     return layouts
 

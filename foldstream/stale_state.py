@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LocalCopy:
-    """The local copy of ``store``'s ``partition`` under ``state_dir``, its topics and the
-    format it is kept in."""
+    """The local copy of ``store``'s ``partition`` under ``state_dir``, its topics, the
+    format it is kept in and whether its files are read through ``mmap``."""
 
     state_dir: Path
     store: str
@@ -54,6 +54,7 @@ class LocalCopy:
     source_topic: str
     changelog_topic: str
     table_format: str = TABLE_FORMAT
+    mapped_reads: bool = True
 
     @property
     def path(self) -> Path:
@@ -64,7 +65,12 @@ class LocalCopy:
         return f"{self.source_topic}/{self.partition}"
 
     def open(self) -> RocksDBWriter:
-        return RocksDBWriter(self.path, identity=self.identity, table_format=self.table_format)
+        return RocksDBWriter(
+            self.path,
+            identity=self.identity,
+            table_format=self.table_format,
+            mapped_reads=self.mapped_reads,
+        )
 
 
 def open_checked(bootstrap: str, copy: LocalCopy, on_stale: OnStaleState) -> RocksDBWriter:

@@ -5,9 +5,14 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
+from foldstream.changelog.catalog import StoreCatalog
 from foldstream.errors import StateCorrupted
+from foldstream.examples.inventory import service as inventory
+from foldstream.preflight import store_layouts
+from foldstream.settings import AGGREGATE_STORE, Settings
 from foldstream.state import RocksDBReader, RocksDBWriter
 from foldstream.state.format import TABLE_FORMAT, stamped_format
+from foldstream.state.host import StoreHost
 from foldstream.state.rocksdb import META_CF
 
 
@@ -105,3 +110,37 @@ def test_a_conversion_cut_short_by_a_crash_is_finished(tmp_path: Path) -> None:
     assert (writer.get(b"k"), writer.applied_offset()) == (b"v", 3)
     writer.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p0000"]
+
+
+def mapped_files(directory: Path) -> set[str]:
+    """The files under ``directory`` this process has mapped into memory."""
+    with open("/proc/self/maps") as maps:
+        fields = (line.split(maxsplit=5) for line in maps)
+        return {f[5].strip() for f in fields if len(f) == 6 and f[5].startswith(str(directory))}
+
+
+def test_a_store_held_unmapped_reads_its_files_without_mapping_them(tmp_path: Path) -> None:
+    # The aggregate store is read only on the command side's cache misses: its table files'
+    # pages must not stay resident in the instance's memory as mapped pages.
+    host = StoreHost(state_dir=tmp_path, unmapped={"snapshots"})
+    keys = [b"k%06d" % n for n in range(2_000)]
+    try:
+        for store in ("snapshots", "values"):
+            host.open(store, 0, identity="t/0", epoch=1)
+            held = host.partition(store, 0)
+            assert held is not None
+            state, _ = held.read([])
+            held.write(state.token, state.applied_offset, dict.fromkeys(keys, b"v" * 100), 0, None)
+            assert held.flush_if_idle(0, 1)
+            assert held.get_many(keys) == [b"v" * 100] * len(keys)
+        mapped = {Path(name).parent.parent.name for name in mapped_files(tmp_path)}
+        assert mapped == {"values"}, mapped
+    finally:
+        host.stop()
+
+
+def test_only_the_aggregate_store_is_read_without_mapping(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    catalog = StoreCatalog(store_layouts(inventory, settings))
+    assert AGGREGATE_STORE in catalog.unmapped
+    assert [store for store in catalog if store in catalog.unmapped] == [AGGREGATE_STORE]

@@ -12,7 +12,7 @@ version of it without a lock.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 
 from foldstream.changelog.layout import StoreLayout
 
@@ -24,6 +24,7 @@ class StoreCatalog(Mapping[str, StoreLayout]):
         self._layouts: Mapping[str, StoreLayout] = dict(layouts or {})
         self._lock = threading.Lock()  # one addition at a time
         self.formats: Mapping[str, str] = _Formats(self)
+        self.unmapped: Container[str] = _Unmapped(self)
 
     def snapshot(self) -> Mapping[str, StoreLayout]:
         """The stores as of now (a mapping nothing changes)."""
@@ -68,3 +69,14 @@ class _Formats(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._catalog.snapshot())
+
+
+class _Unmapped(Container[str]):
+    """The stores of a catalog whose files are read without ``mmap``, as the catalog says now."""
+
+    def __init__(self, catalog: StoreCatalog) -> None:
+        self._catalog = catalog
+
+    def __contains__(self, store: object) -> bool:
+        layout = self._catalog.snapshot().get(store) if isinstance(store, str) else None
+        return layout is not None and not layout.mapped_reads

@@ -26,6 +26,9 @@ class StoreLayout:
     #: past its position on takeover, so its distance from the topic's end (events of another
     #: writer) is nothing its owner has to catch up on.
     follows_source: bool = True
+    #: False for the aggregate store: read only on the command side's cache misses, its files
+    #: are read without ``mmap`` (:func:`foldstream.state.format.store_options`).
+    mapped_reads: bool = True
 
     def identity(self, partition: int) -> str:
         return f"{self.source_topic}/{partition}"
@@ -38,4 +41,5 @@ class StoreLayout:
             self.source_topic,
             self.changelog_topic,
             self.table_format,
+            self.mapped_reads,
         )

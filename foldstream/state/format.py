@@ -56,9 +56,11 @@ def _common_options() -> Options:
     return options
 
 
-def store_options(table_format: str = TABLE_FORMAT) -> Options:
+def store_options(table_format: str = TABLE_FORMAT, *, mapped_reads: bool = True) -> Options:
     """The options a partition database of ``table_format`` is opened with (also needed to
-    read one)."""
+    read one). ``mapped_reads=False`` reads a point store's files with ``pread`` rather than
+    through ``mmap``: for a store read only on a cache's misses (the aggregate store), whose
+    mapped pages would otherwise stay resident in, and count against, the process's memory."""
     if table_format == ORDERED_FORMAT:
         return ordered_options()
     if table_format != TABLE_FORMAT:
@@ -73,7 +75,7 @@ def store_options(table_format: str = TABLE_FORMAT) -> Options:
     table.store_index_in_file = True  # type: ignore[attr-defined]  # missing from the stubs
     options.set_plain_table_factory(table)
     options.set_prefix_extractor(SliceTransform.create_noop())
-    options.set_allow_mmap_reads(True)
+    options.set_allow_mmap_reads(mapped_reads)
     return options
 
 

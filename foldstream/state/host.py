@@ -22,7 +22,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -76,7 +76,8 @@ class StoreHost:
     partition reached (:class:`~foldstream.state.applied.AppliedOffsets`);
     ``on_late(store, records)`` with the records a windowed store's task dropped as late.
     ``formats`` names the format of each store that is not kept in the point stores'
-    (:mod:`~foldstream.state.format`).
+    (:mod:`~foldstream.state.format`); ``unmapped`` holds the stores whose files are read
+    without ``mmap`` (:func:`~foldstream.state.format.store_options`).
 
     A task that stops a partition (:meth:`stopped`) says so: the host then refuses that
     partition's reads and writes to every task, until it is closed (released, or the instance
@@ -95,6 +96,7 @@ class StoreHost:
         on_applied: Callable[[str, int, int], None] | None = None,
         on_late: Callable[[str, int], None] | None = None,
         formats: Mapping[str, str] | None = None,
+        unmapped: Container[str] = (),
     ) -> None:
         self.state_dir = Path(state_dir)
         self.on_task = on_task
@@ -102,6 +104,7 @@ class StoreHost:
         self.on_applied = on_applied
         self.on_late = on_late
         self.formats = formats if formats is not None else {}  # may gain stores: not copied
+        self.unmapped = unmapped  # likewise
         self.host = host
         self.idle_flush_s = idle_flush_s
         self.idle_flush_entries = idle_flush_entries
@@ -148,7 +151,12 @@ class StoreHost:
             ):
                 with attempt:
                     table_format = self.formats.get(store, TABLE_FORMAT)
-                    writer = RocksDBWriter(path, identity=identity, table_format=table_format)
+                    writer = RocksDBWriter(
+                        path,
+                        identity=identity,
+                        table_format=table_format,
+                        mapped_reads=store not in self.unmapped,
+                    )
             epoch = max(epoch, writer.changelog_epoch() + 1)
             self._held[(store, partition)] = HeldPartition(writer, f"{store}/{partition}", epoch)
             return epoch

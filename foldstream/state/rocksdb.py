@@ -70,7 +70,9 @@ def discard_partition(path: Path) -> None:
         shutil.rmtree(aside)
 
 
-def _open(path: Path, table_format: str, access: AccessType | None = None) -> Rdict:
+def _open(
+    path: Path, table_format: str, access: AccessType | None = None, *, mapped_reads: bool = True
+) -> Rdict:
     if access is None:
         prepare_for_writer(path, table_format)
     elif (found := stamped_format(path)) != table_format:
@@ -82,7 +84,7 @@ def _open(path: Path, table_format: str, access: AccessType | None = None) -> Rd
         raise StateCorrupted(wrong_format(path, found, table_format))
     # Every column family must be named at open, or a secondary cannot follow the primary.
     kwargs = {"access_type": access} if access is not None else {}
-    options = store_options(table_format)
+    options = store_options(table_format, mapped_reads=mapped_reads)
     return Rdict(str(path), options=options, column_families={META_CF: options}, **kwargs)
 
 
@@ -148,11 +150,19 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
 
     ``identity`` (e.g. ``"inventory.events/3"``) is stamped on first use and checked on every
     open, so a directory can never silently serve another topic's or partition's data; so is
-    its ``table_format`` (:mod:`.format`).
+    its ``table_format`` (:mod:`.format`). ``mapped_reads=False`` reads its files without
+    ``mmap`` (:func:`~.format.store_options`).
     """
 
-    def __init__(self, path: Path, *, identity: str, table_format: str = TABLE_FORMAT) -> None:
-        super().__init__(_open(Path(path), table_format))
+    def __init__(
+        self,
+        path: Path,
+        *,
+        identity: str,
+        table_format: str = TABLE_FORMAT,
+        mapped_reads: bool = True,
+    ) -> None:
+        super().__init__(_open(Path(path), table_format, mapped_reads=mapped_reads))
         self._meta_handle = self._db.get_column_family_handle(META_CF)
         stamped = self._meta.get(_IDENTITY)
         if stamped is None:
