@@ -6,6 +6,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from foldstream.changelog.catalog import StoreCatalog
+from foldstream.changelog.layout import StoreLayout
 from foldstream.errors import StateCorrupted
 from foldstream.examples.inventory import service as inventory
 from foldstream.preflight import store_layouts
@@ -112,35 +113,58 @@ def test_a_conversion_cut_short_by_a_crash_is_finished(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p0000"]
 
 
-def mapped_files(directory: Path) -> set[str]:
-    """The files under ``directory`` this process has mapped into memory."""
+# The aggregate store is read only on the command side's cache misses: its table files' pages
+# must not stay resident in the instance's memory as mapped pages. Each test writes a mapped
+# store beside it, which must be mapped: the check cannot pass by mapping nothing.
+KEYS = [b"k%06d" % n for n in range(2_000)]
+VALUE = b"v" * 100
+
+
+def mapped_stores(state_dir: Path) -> set[str]:
+    """The stores under ``state_dir`` some of whose files this process has mapped."""
     with open("/proc/self/maps") as maps:
-        fields = (line.split(maxsplit=5) for line in maps)
-        return {f[5].strip() for f in fields if len(f) == 6 and f[5].startswith(str(directory))}
+        names = (line.split(maxsplit=5)[-1].strip() for line in maps)
+        # <state_dir>/stores/<store>/p0000/<file>
+        return {Path(n).parent.parent.name for n in names if n.startswith(f"{state_dir}/")}
 
 
 def test_a_store_held_unmapped_reads_its_files_without_mapping_them(tmp_path: Path) -> None:
-    # The aggregate store is read only on the command side's cache misses: its table files'
-    # pages must not stay resident in the instance's memory as mapped pages.
     host = StoreHost(state_dir=tmp_path, unmapped={"snapshots"})
-    keys = [b"k%06d" % n for n in range(2_000)]
     try:
         for store in ("snapshots", "values"):
             host.open(store, 0, identity="t/0", epoch=1)
             held = host.partition(store, 0)
             assert held is not None
             state, _ = held.read([])
-            held.write(state.token, state.applied_offset, dict.fromkeys(keys, b"v" * 100), 0, None)
+            held.write(state.token, state.applied_offset, dict.fromkeys(KEYS, VALUE), 0, None)
             assert held.flush_if_idle(0, 1)
-            assert held.get_many(keys) == [b"v" * 100] * len(keys)
-        mapped = {Path(name).parent.parent.name for name in mapped_files(tmp_path)}
-        assert mapped == {"values"}, mapped
+            assert held.get_many(KEYS) == [VALUE] * len(KEYS)
+        assert mapped_stores(tmp_path) == {"values"}
     finally:
         host.stop()
 
 
+def test_a_local_copy_of_an_unmapped_store_reads_its_files_without_mapping_them(
+    tmp_path: Path,
+) -> None:
+    # Standby copies, restores and stale-state rebuilds open their copies this way.
+    writers = []
+    try:
+        for store, mapped in (("snapshots", False), ("values", True)):
+            layout = StoreLayout("t", f"t.{store}.changelog", mapped_reads=mapped)
+            writer = layout.local_copy(tmp_path, store, 0).open()
+            writers.append(writer)
+            for key in KEYS:
+                writer.put(key, VALUE)
+            writer.commit(0)
+            assert writer.flush_memtable()
+            assert writer.get_many(KEYS) == [VALUE] * len(KEYS)
+        assert mapped_stores(tmp_path) == {"values"}
+    finally:
+        for writer in writers:
+            writer.close()
+
+
 def test_only_the_aggregate_store_is_read_without_mapping(tmp_path: Path) -> None:
-    settings = Settings(state_dir=tmp_path)
-    catalog = StoreCatalog(store_layouts(inventory, settings))
-    assert AGGREGATE_STORE in catalog.unmapped
+    catalog = StoreCatalog(store_layouts(inventory, Settings(state_dir=tmp_path)))
     assert [store for store in catalog if store in catalog.unmapped] == [AGGREGATE_STORE]

@@ -15,8 +15,9 @@ from foldstream.state.format import TABLE_FORMAT
 class StoreLayout:
     """Where a store's state comes from: its source topic and its changelog topic; the format
     its partitions are kept in (:mod:`foldstream.state.format`: changelog records carry the
-    keys as stored, so copying them needs no other knowledge of the store's kind); and what
-    becomes of a local copy that does not belong to them (:mod:`foldstream.stale_state`)."""
+    keys as stored, so copying them needs no other knowledge of the store's kind); what
+    becomes of a local copy that does not belong to them (:mod:`foldstream.stale_state`);
+    whether it follows its source topic and whether its files are read through ``mmap``."""
 
     source_topic: str
     changelog_topic: str
@@ -35,11 +36,11 @@ class StoreLayout:
 
     def local_copy(self, state_dir: Path, store: str, partition: int) -> LocalCopy:
         return LocalCopy(
-            Path(state_dir),
-            store,
-            partition,
-            self.source_topic,
-            self.changelog_topic,
-            self.table_format,
-            self.mapped_reads,
+            state_dir=Path(state_dir),
+            store=store,
+            partition=partition,
+            source_topic=self.source_topic,
+            changelog_topic=self.changelog_topic,
+            table_format=self.table_format,
+            mapped_reads=self.mapped_reads,
         )

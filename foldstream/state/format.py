@@ -60,17 +60,19 @@ def store_options(table_format: str = TABLE_FORMAT, *, mapped_reads: bool = True
     """The options a partition database of ``table_format`` is opened with (also needed to
     read one). ``mapped_reads=False`` reads a point store's files with ``pread`` rather than
     through ``mmap``: for a store read only on a cache's misses (the aggregate store), whose
-    mapped pages would otherwise stay resident in, and count against, the process's memory."""
+    mapped pages would otherwise stay resident in, and count against, the process's memory;
+    each table's index is then read into the heap. Ordered stores are never mapped."""
     if table_format == ORDERED_FORMAT:
         return ordered_options()
     if table_format != TABLE_FORMAT:
         raise ValueError(f"unknown store format {table_format!r}; known: {FORMATS}")
     options = _common_options()
-    # Stores are only ever read by point lookups, never iterated. PlainTable (memory-mapped
-    # files, a hash index over whole keys) answers random multi-gets several times faster than
-    # block-based tables however they are tuned (docs/decisions.md, "PlainTable for point
-    # stores"). Its cost: files are uncompressed and carry no block checksums; the changelog is
-    # the copy of record. The index is stored in the file, or every open would rebuild it.
+    # Stores are only ever read by point lookups, never iterated. PlainTable (files mapped
+    # unless ``mapped_reads`` is off, a hash index over whole keys) answers random multi-gets
+    # several times faster than block-based tables however they are tuned (docs/decisions.md,
+    # "PlainTable for point stores"). Its cost: files are uncompressed and carry no block
+    # checksums; the changelog is the copy of record. The index is stored in the file, or
+    # every open would rebuild it.
     table = PlainTableFactoryOptions()
     table.store_index_in_file = True  # type: ignore[attr-defined]  # missing from the stubs
     options.set_plain_table_factory(table)

@@ -35,7 +35,8 @@ class LocalStores:
     writes them), read-only snapshots of any other (opened on first use, closed some seconds
     after :meth:`release`), and ``standby_read`` / ``standby_scan`` for copies kept from
     changelogs (and ``standby_offset``, the source offset each reflects). ``formats`` names the
-    format of each store not kept as point stores are."""
+    format of each store not kept as point stores are. Snapshots read point stores through
+    ``mmap``: they serve the queryable stores, never the aggregate store (read unmapped)."""
 
     def __init__(
         self,
