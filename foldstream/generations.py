@@ -11,6 +11,7 @@ from foldstream.changelog import StoreLayout
 from foldstream.cluster.rebuilds import rebuilt_stores
 from foldstream.errors import StoreNotFound
 from foldstream.projections import Projection
+from foldstream.projections.query_groups import SEPARATOR
 from foldstream.projections.versions import rebuild_refusal, version_name
 from foldstream.service import Service
 from foldstream.settings import Settings
@@ -20,19 +21,21 @@ if TYPE_CHECKING:
     from foldstream.projections.runner import ProjectionRunner
 
 
-class QueryStores(Mapping[str, str]):
-    """``{query name: store}`` of every store of ``catalog`` (the projections' query names,
-    :func:`~foldstream.projections.runner.query_name`), as the catalog is now."""
+class QueryStores(Mapping[str, tuple[str, ...]]):
+    """``{query name: its stores}`` of the stores of ``catalog`` (the projections' query names,
+    :func:`~foldstream.projections.runner.query_name`: a store's, or the stores of a shared
+    query joined by ``+``), as the catalog is now. Iterating gives each store's own name."""
 
     def __init__(self, catalog: Mapping[str, object], service: str) -> None:
         self.catalog = catalog
         self.prefix = f"{service}."
 
-    def __getitem__(self, query: str) -> str:
-        store = query.removeprefix(self.prefix)
-        if store == query or store not in self.catalog:
+    def __getitem__(self, query: str) -> tuple[str, ...]:
+        key = query.removeprefix(self.prefix)
+        stores = tuple(key.split(SEPARATOR))
+        if key == query or not all(store in self.catalog for store in stores):
             raise KeyError(query)
-        return store
+        return stores
 
     def __iter__(self) -> Iterator[str]:
         return (self.prefix + store for store in list(self.catalog))

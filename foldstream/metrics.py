@@ -232,7 +232,7 @@ class _ProgressListener:
     times...); one ``json()`` call is all the metrics need.
     """
 
-    def __init__(self, metrics: InstanceMetrics, stores: Mapping[str, str]) -> None:
+    def __init__(self, metrics: InstanceMetrics, stores: Mapping[str, tuple[str, ...]]) -> None:
         self.metrics = metrics
         self.stores = stores  # not copied: it may gain stores (rebuilds)
 
@@ -242,8 +242,8 @@ class _ProgressListener:
     def onQueryProgress(self, event: Any) -> None:
         try:
             progress = json.loads(event.progress().json())
-            store = self.stores.get(progress.get("name"))
-            if store is not None:
+            # A query shared by several stores counts its micro-batches for each of them.
+            for store in self.stores.get(progress.get("name"), ()):
                 self.metrics.observe_progress(store, progress)
         except Exception:  # noqa: BLE001 - a metric must never stop the query's events
             log.exception("recording a projection's progress")
@@ -259,10 +259,10 @@ class _ProgressListener:
 
 
 def listen_to_progress(
-    spark: SparkSession, metrics: InstanceMetrics, stores: Mapping[str, str]
+    spark: SparkSession, metrics: InstanceMetrics, stores: Mapping[str, tuple[str, ...]]
 ) -> Callable[[], None]:
     """Feed ``metrics`` with the progress of the queries named in ``stores`` (``{query name:
-    store}``); return what removes the listener."""
+    its stores}``); return what removes the listener."""
     from pyspark.java_gateway import ensure_callback_server_started
 
     gateway = spark.sparkContext._gateway

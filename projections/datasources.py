@@ -22,14 +22,17 @@ class FoldSource(DataSource):
 
     Options: ``bootstrap``, ``topic``, ``partitions`` (all of the topic's, comma-separated),
     ``owned`` (the path of the file naming the partitions to read, see
-    :func:`~foldstream.projections.source.write_owned`), ``service`` (import path), ``store``,
-    ``store_host`` and ``store_token`` (the :class:`~foldstream.state.host.StoreHost` holding
-    the store's partitions: address and hex key; "token" so that Spark redacts it), and
-    optionally ``changelog_topic``, ``max_records_per_partition`` (a micro-batch's cap),
+    :func:`~foldstream.projections.source.write_owned`), ``service`` (import path), ``stores``
+    (the stores the query folds, as JSON: each one's ``store``, ``changelog_topic``,
+    ``dead_letter_topic`` and ``forwards``; a single store may be given as those four options
+    instead, :func:`~foldstream.projections.query_groups.store_entries`), ``store_host`` and
+    ``store_token`` (the :class:`~foldstream.state.host.StoreHost` holding the stores'
+    partitions: address and hex key; "token" so that Spark redacts it), and
+    optionally ``max_records_per_partition`` (a micro-batch's cap),
     ``fetch_wait_max_ms``, ``tasks`` (Spark tasks of a large micro-batch) and
     ``single_task_records`` (up to which a micro-batch is one task).
 
-    Each task folds the records it reads into the store
+    Each task folds the records it reads into each store
     (:class:`~foldstream.projections.source.FoldStreamReader`) and yields a row of
     :data:`FOLD_SCHEMA` per partition it advanced, for a sink that needs no Python, such as
     ``writeStream.format("noop")``. Spark's ``numInputRows`` counts those rows; the records the

@@ -3,21 +3,22 @@
 The stream reader of :class:`~foldstream.projections.datasources.FoldSource`
 (:class:`~foldstream.projections.source.FoldStreamReader`) plans micro-batches like any Kafka
 source, and each task folds the records of its Kafka partitions where it reads them
-(:func:`fold_task`), then hands Spark one row per partition (records applied, last offset) for
+(:func:`~foldstream.projections.fold_task.fold_task`, into each store of its query), then hands
+Spark one row per partition (records applied, last offset) for
 the JVM's ``noop`` sink. Folding in a separate Python sink would cost every task a second
 Python worker, and every record a trip through the JVM and two Arrow conversions: ``make
 bench`` measures both do-nothing queries, a Python reader into a Python writer and into
 ``noop``.
 
 For each Kafka partition in a task, in offset order and in chunks of up to
-:data:`FOLD_CHUNK_RECORDS` records as they arrive (so a rebuild's large micro-batches need no
-more memory than small ones): skip records at or below the offset stored
-with the state (a replayed micro-batch applies nothing twice), fold the rest, send every changed
-key's new value to the store's compacted changelog (a tombstone for a delete) and wait for the
-acks, then commit values and the source offset in one RocksDB write batch. A crash between the
-two steps only re-sends identical changelog values on replay. The partitions are held open by
-the instance's :class:`~foldstream.state.host.StoreHost`, which the task reads and writes over a
-local connection.
+:data:`~foldstream.projections.chunks.FOLD_CHUNK_RECORDS` records as they arrive (so a
+rebuild's large micro-batches need no more memory than small ones): skip records at or below
+the offset stored with the state (a replayed micro-batch applies nothing twice), fold the rest,
+send every changed key's new value to the store's compacted changelog (a tombstone for a
+delete) and wait for the acks, then commit values and the source offset in one RocksDB write
+batch. A crash between the two steps only re-sends identical changelog values on replay. The
+partitions are held open by the instance's :class:`~foldstream.state.host.StoreHost`, which the
+task reads and writes over a local connection.
 
 A record the projection cannot fold is a poison record (:mod:`~foldstream.projections.poison`):
 tried again a few times, then dead-lettered (queued with the chunk's changelog records, and
@@ -31,20 +32,9 @@ queued with the changelog records, and forwarded records applied already are ski
 
 from __future__ import annotations
 
-import contextlib
-import logging
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
-
 from foldstream.domain.records import EventRecord
 from foldstream.errors import BrokerUnavailable, UndecodableRecord
-from foldstream.projections.chunks import (
-    FOLD_CHUNK_RECORDS,
-    Records,
-    not_applied,
-    partition_chunks,
-)
+from foldstream.projections.chunks import Records, not_applied
 from foldstream.projections.ordered import OrderedStore
 from foldstream.projections.ordered_fold import fold_ordered, handle_poison
 from foldstream.projections.poison import (
@@ -55,7 +45,7 @@ from foldstream.projections.poison import (
     apply_retried,
 )
 from foldstream.projections.projection import Projection
-from foldstream.projections.staged import Stage, Staging
+from foldstream.projections.staged import Stage
 from foldstream.projections.task_output import (
     MAX_VALUE_BYTES,
     ChangelogTarget,
@@ -63,15 +53,8 @@ from foldstream.projections.task_output import (
     await_changelog,
     changelog_position,
     send_changes,
-    task_producer,
 )
-from foldstream.projections.task_steps import TaskSteps
-from foldstream.projections.worker import after_task, gc_paused
 from foldstream.state import PartitionWriter
-from foldstream.state.host import PartitionClosed
-from foldstream.state.host_client import RemotePartition, call_host
-
-log = logging.getLogger(__name__)
 
 
 def fold_partition(
@@ -213,146 +196,3 @@ def commit_folded(folded: Folded) -> tuple[int, int] | None:
         changelog_offset = changelog_position(folded.writer.changelog_offset(), folded.landed)
     folded.writer.commit(folded.last_offset, changelog_offset=changelog_offset)
     return folded.applied, folded.last_offset
-
-
-Fetched = TypeVar("Fetched")
-
-
-def fold_task(
-    options: Mapping[str, str],
-    fetches: Iterable[Fetched],
-    decode: Callable[[Fetched], Mapping[int, Records]],
-) -> dict[int, tuple[int, int]]:
-    """Fold one Spark task's records (see the module docstring), which arrive as ``fetches``
-    that ``decode`` turns into ``{partition: records}``, with the options of
-    :class:`~foldstream.projections.datasources.FoldSource`; returns ``{partition: (records
-    applied, last offset)}``. The time of each step, the records handled and the poison
-    records go to the store host (:mod:`~foldstream.projections.task_steps`)."""
-    task = _FoldTask(options)
-    with gc_paused():
-        groups = map(decode, task.steps.waited(fetches, "input"))
-        chunks = partition_chunks(groups, FOLD_CHUNK_RECORDS)
-        for partition, records in task.steps.waited(chunks, "decode"):
-            task.fold(partition, records)
-        task.settle()
-    task.report()
-    after_task(task.handled)
-    return task.applied
-
-
-class _FoldTask:
-    """The state of one :func:`fold_task`."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        from foldstream.service import load_service
-
-        self.store = options["store"]
-        service = load_service(options["service"])
-        self.projection = service.projection(self.store)
-        self.host, self.authkey = options["store_host"], bytes.fromhex(options["store_token"])
-        self.source_topic = options.get("topic", "")
-        self.changelog_topic = options.get("changelog_topic")
-        self.dead_letter_topic = options.get("dead_letter_topic")
-        self.producer = (
-            task_producer(options["bootstrap"])
-            if self.changelog_topic or self.dead_letter_topic
-            else None
-        )
-        self.staging = Staging.of(options, self.projection, service.projections, self.producer)
-        self.steps = TaskSteps()
-        self.handled = 0
-        self.applied: dict[int, tuple[int, int]] = {}
-        self.outcomes: Counter[str] = Counter()
-        self.late = 0  # records a windowed store dropped as late
-        # Partitions moved to another instance, or stopped (policy ``stop``), since the batch
-        # was planned: left to their new owner, which resumes from the offset stored with the
-        # state (or to a restart of this instance).
-        self.moved: set[int] = set()
-        # Partitions folded, whose changelog records are on their way: one wait for all of
-        # their acknowledgements instead of a round trip per partition (a micro-batch's
-        # latency).
-        self.pending: dict[int, Folded] = {}
-
-    def fold(self, partition: int, records: Records) -> None:
-        """Fold one chunk of ``partition``'s records (committed by a later :meth:`settle`)."""
-        self.handled += len(records)
-        if partition in self.moved:
-            return
-        # A partition's next chunk reads what its previous one wrote: commit that first.
-        # Pending chunks are also bounded in records, as chunks are (memory).
-        pending = self.pending
-        if (
-            partition in pending
-            or sum(f.applied for f in pending.values()) + len(records) > FOLD_CHUNK_RECORDS
-        ):
-            self.settle()
-        try:
-            with self.steps.step("read"):
-                stage = None if self.staging is None else self.staging.stage(partition)
-                read_keys = self.projection.read_keys if stage is None else stage.keys
-                keys = read_keys(records)
-                writer = RemotePartition(self.host, self.authkey, self.store, partition, keys)
-            changelog = None
-            if self.producer is not None and self.changelog_topic:
-                changelog = ChangelogTarget(
-                    self.producer,
-                    self.changelog_topic,
-                    partition,
-                    writer.epoch,
-                    writer.source_id,
-                )
-            poison = PoisonPolicy(
-                self.store,
-                self.projection.on_error,
-                self.source_topic,
-                partition,
-                self.producer,
-                self.dead_letter_topic,
-            )
-            with self.steps.step("fold"):
-                if stage is None:
-                    folded = fold_and_send(self.projection, writer, records, changelog, poison)
-                else:
-                    folded = stage.fold(writer, records, changelog, poison)
-        except PartitionClosed:
-            self.moved.add(partition)
-            return
-        if folded is not None:
-            pending[partition] = folded
-            if folded.stop is not None:
-                self.moved.add(partition)  # its later chunks stay unfolded
-
-    def settle(self) -> None:
-        """Wait for the pending partitions' changelog and dead-letter records, then commit
-        each; report where a partition stopped once what came before it is committed."""
-        with self.steps.step("changelog"):
-            await_changelog(self.pending.values())
-        for partition, folded in self.pending.items():
-            try:
-                with self.steps.step("commit"):
-                    done = commit_folded(folded)
-            except PartitionClosed:
-                self.moved.add(partition)
-                continue
-            self.outcomes.update(folded.outcomes)
-            self.late += folded.late
-            if done is not None:
-                count, offset = done
-                before = self.applied.get(partition, (0, offset))[0]
-                self.applied[partition] = (before + count, offset)
-            if folded.stop is not None:
-                with contextlib.suppress(PartitionClosed):  # moved meanwhile: nothing to stop
-                    stop = ("stop", self.store, partition, *folded.stop)
-                    call_host(self.host, self.authkey, stop)
-        self.pending.clear()
-
-    def report(self) -> None:
-        """Tell the store host where the task's time went, the records it handled and what
-        became of its poison records (the metrics)."""
-        report = ("task", self.store, None, self.steps.seconds, self.handled, dict(self.outcomes))
-        try:
-            call_host(self.host, self.authkey, report)
-            if self.late:
-                call_host(self.host, self.authkey, ("late", self.store, None, self.late))
-        except Exception:  # noqa: BLE001 - the batch is committed: only a metric is lost
-            log.warning("could not report the task's steps to the store host", exc_info=True)

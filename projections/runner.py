@@ -1,33 +1,33 @@
-"""Runs a service's projections as Spark Structured Streaming queries.
+"""Runs a service's projections as Spark Structured Streaming queries, the stores of a topic
+that fold on their own sharing one (:mod:`~foldstream.projections.query_groups`).
 
 Source offsets live with the state in RocksDB, so Spark's checkpoint is scratch space: every
 start resumes from what the stores hold, which is exact even if a checkpoint is lost or stale.
 A query that fails (a task failing past Spark's attempts: the broker, the store host, the
 changelog; a record that cannot be folded never fails it, see
 :mod:`~foldstream.projections.poison`) is restarted from those offsets, forever, after waits that
-grow from :data:`RESTART_WAIT_MIN_S` to :data:`RESTART_WAIT_MAX_S`; readiness names the failure
-until a restarted query completes a micro-batch. A partition stopped at a poison record (store
-policy ``stop``) is left out of its query until the instance restarts, and readiness names it.
+grow (:mod:`~foldstream.projections.query_failures`); readiness names the failure until a
+restarted query completes a micro-batch. A partition stopped at a poison record (store policy
+``stop``) is left out of its query until the instance restarts, and readiness names it (in a
+query of several stores, the others fold it on).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from tenacity import RetryCallState, Retrying, wait_exponential
 
 from foldstream.kafka_client import spark_options
 from foldstream.projections.graph import forwards_option
 from foldstream.projections.projection import Projection
+from foldstream.projections.query_failures import Failing, error_summary, restart_delay
+from foldstream.projections.query_groups import QueryGroup, query_groups, stores_option
 from foldstream.projections.source import write_owned
 from foldstream.state.host import StoreHost
 
@@ -39,37 +39,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The wait before restarting a failed query: doubling with each failure in a row, from the
-#: first to the longest (short enough that a query failed by a broker outage folds again a few
-#: seconds after the broker is back).
-RESTART_WAIT_MIN_S = 1.0
-RESTART_WAIT_MAX_S = 5.0
 SUPERVISE_INTERVAL_S = 0.5
-
-_restart_wait = wait_exponential(multiplier=RESTART_WAIT_MIN_S, max=RESTART_WAIT_MAX_S)
-
-
-def restart_delay(failures: int) -> float:
-    """Seconds to wait before restarting a query after its ``failures``-th failure in a row
-    (tenacity's ``wait_exponential``)."""
-    state = RetryCallState(Retrying(), None, (), {})
-    state.attempt_number = failures
-    return float(_restart_wait(state))
-
-
-@dataclass
-class _Failing:
-    """A projection whose query failed: how often in a row, the last error, when its next
-    restart is due, and the query that failed last (a restart replaces it)."""
-
-    failures: int
-    error: str
-    restart_at: float
-    query: StreamingQuery
 
 
 def query_name(service: str, store: str) -> str:
-    """The name of the streaming query of ``service``'s projection into ``store``."""
+    """The name of the streaming query of ``service``'s projection into ``store`` (or into the
+    stores of a :class:`~foldstream.projections.query_groups.QueryGroup`, its key)."""
     return f"{service}.{store}"
 
 
@@ -89,7 +64,9 @@ def stored_offsets(
 
 
 class ProjectionRunner:
-    """Runs one streaming query per projection over the source partitions this instance owns.
+    """Runs the projections' streaming queries over the source partitions this instance owns:
+    the stores of a topic that fold on their own share one
+    (:mod:`~foldstream.projections.query_groups`).
 
     Queries run for the instance's whole life; :meth:`run` changes the partitions they read
     through each query's owned-partitions file (read at every micro-batch). When it returns,
@@ -118,41 +95,71 @@ class ProjectionRunner:
         self.partitions = dict(partitions)  # {topic: partition count}
         self.quiesce_timeout_s = quiesce_timeout_s
         self.start_timeout_s = start_timeout_s
+        # By query group key (a store's name, for a query of one store).
+        self.groups: dict[str, QueryGroup] = {}
         self.queries: dict[str, StreamingQuery] = {}
         self._owned: dict[str, dict[int, int]] = {}
-        self._failing: dict[str, _Failing] = {}
+        self._failing: dict[str, Failing] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._supervisor = threading.Thread(
             target=self._supervise_loop, name="projection-supervisor", daemon=True
         )
 
-    def _owned_path(self, store: str) -> Path:
-        return self.settings.state_dir / "spark" / f"{store}.owned.json"
+    def _owned_path(self, key: str) -> Path:
+        return self.settings.state_dir / "spark" / f"{key}.owned.json"
 
     def start(self) -> None:
-        """Start every projection's query, reading no partition until :meth:`run` says so."""
-        for n, projection in enumerate(self.projections):
-            if n > 0:
-                self._await_first_trigger(self.queries[self.projections[n - 1].store])
-            self._launch(projection)
+        """Start every query, reading no partition until :meth:`run` says so."""
+        previous = None
+        for group in query_groups(self.projections, self.settings.events_topic):
+            if previous is not None:
+                self._await_first_trigger(self.queries[previous])
+            self._launch(group)
+            previous = group.key
         self._supervisor.start()
 
     def add(self, projection: Projection) -> None:
         """Start the query of ``projection`` (a store added while the instance runs: a rebuild
         generation), reading no partition until :meth:`run` gives it the ones held."""
         with self._lock:
-            if self._stopping.is_set() or projection.store in self.queries:
+            if self._stopping.is_set() or self._group_of(projection.store) is not None:
                 return
-            self._launch(projection)
+            topic = projection.source_topic(self.settings.events_topic)
+            self._launch(QueryGroup(topic, (projection,)))
             self.projections = [*self.projections, projection]
         log.info("projection %s started", projection.store)
 
-    def _launch(self, projection: Projection) -> None:
-        """Start ``projection``'s query with no partition owned yet."""
-        write_owned(self._owned_path(projection.store), {})
-        self._owned[projection.store] = {}
-        self.queries[projection.store] = self._start(projection)
+    def _launch(self, group: QueryGroup, owned: dict[int, int] | None = None) -> None:
+        """Start ``group``'s query with the partitions ``owned`` (none by default)."""
+        owned = owned or {}
+        write_owned(self._owned_path(group.key), owned)
+        self._owned[group.key] = owned
+        self.groups[group.key] = group
+        self.queries[group.key] = self._start(group)
+
+    def _group_of(self, store: str) -> QueryGroup | None:
+        return next((g for g in self.groups.values() if store in g.stores), None)
+
+    def _starts(self, group: QueryGroup, partitions: Iterable[int]) -> dict[int, int]:
+        """``{partition: offset}`` to read ``partitions`` from: the lowest next offset of the
+        group's stores that hold it and fold it (each store skips what it applied already)."""
+        starts: dict[int, int] = {}
+        wanted = sorted(partitions)
+        for store in group.stores:
+            stopped = self._stopped_partitions(store)
+            offsets = stored_offsets(self.host, store, group.topic, wanted)
+            for partition, offset in offsets.items():
+                if partition not in stopped:
+                    starts[partition] = min(offset, starts.get(partition, offset))
+        return starts
+
+    def _stopped_everywhere(self, group: QueryGroup) -> set[int]:
+        """The partitions every store of ``group`` stopped (policy ``stop``): nothing reads
+        them. A partition only some stopped is read for the others; the store host refuses
+        the stopped ones' tasks."""
+        stopped = [self._stopped_partitions(store) for store in group.stores]
+        return set.intersection(*stopped) if stopped else set()
 
     def _await_first_trigger(self, query: StreamingQuery) -> None:
         """Wait (up to :attr:`start_timeout_s`) until ``query`` has run its first trigger, before
@@ -170,26 +177,23 @@ class ProjectionRunner:
     def run(self, owned: Mapping[str, Iterable[int]]) -> None:
         """Make each projection process exactly the ``owned`` partitions of its source topic."""
         with self._lock:
-            for projection in self.projections:
-                store = projection.store
-                topic = projection.source_topic(self.settings.events_topic)
-                wanted = set(owned.get(topic, ())) - self._stopped_partitions(store)
-                current = self._owned[store]
+            for key, group in self.groups.items():
+                wanted = set(owned.get(group.topic, ())) - self._stopped_everywhere(group)
+                current = self._owned[key]
                 if wanted == set(current):
                     continue
-                gained = sorted(wanted - set(current))
-                starts = stored_offsets(self.host, store, topic, gained)
-                log.info("projection %s processes %s (new: %s)", store, sorted(wanted), starts)
+                starts = self._starts(group, wanted - set(current))
+                log.info("projection %s processes %s (new: %s)", key, sorted(wanted), starts)
                 updated = {p: o for p, o in current.items() if p in wanted} | starts
-                write_owned(self._owned_path(store), updated)
-                self._owned[store] = updated
+                write_owned(self._owned_path(key), updated)
+                self._owned[key] = updated
                 if set(current) - wanted:
-                    self._quiesce(store)
+                    self._quiesce(key)
 
-    def _quiesce(self, store: str) -> None:
+    def _quiesce(self, key: str) -> None:
         # A micro-batch planned before the file changed may still write the dropped partitions:
         # wait until the trigger running now (if any) has finished.
-        query = self.queries[store]
+        query = self.queries[key]
         progress = query.lastProgress
         seen = progress["batchId"] if progress else -1
         deadline = time.monotonic() + self.quiesce_timeout_s
@@ -201,33 +205,30 @@ class ProjectionRunner:
                 return
             time.sleep(0.01)
 
-    def _start(self, projection: Projection) -> StreamingQuery:
+    def _start(self, group: QueryGroup) -> StreamingQuery:
         settings = self.settings
         # Spark resolves the Python data sources through the calling thread's active session,
         # which a thread other than the one that built the session (the supervisor) lacks.
         jvm_session = type(self.spark)._get_j_spark_session_class(self.spark._jvm)
         jvm_session.setActiveSession(self.spark._jsparkSession)
-        topic = projection.source_topic(settings.events_topic)
-        scratch = settings.state_dir / "spark" / projection.store
+        scratch = settings.state_dir / "spark" / group.key
         shutil.rmtree(scratch, ignore_errors=True)
         folded = (
             self.spark.readStream.format("foldstream-fold")
             .option("bootstrap", settings.bootstrap_servers)
-            .option("topic", topic)
-            .option("partitions", ",".join(map(str, range(self.partitions[topic]))))
-            .option("owned", str(self._owned_path(projection.store).resolve()))
+            .option("topic", group.topic)
+            .option("partitions", ",".join(map(str, range(self.partitions[group.topic]))))
+            .option("owned", str(self._owned_path(group.key).resolve()))
             .option("fetch_wait_max_ms", str(settings.fetch_wait_max_ms))
             .option("max_records_per_partition", str(settings.batch_records_per_partition))
             # Large micro-batches (rebuilds) are split into one task per core.
             .option("tasks", str(self.spark.sparkContext.defaultParallelism))
             .option("service", self.service_path)
-            .option("store", projection.store)
             .option("store_host", self.host.address)
             .option("store_token", self.host.authkey.hex())
-            .option("changelog_topic", settings.changelog_topic(projection.store))
-            .option("dead_letter_topic", settings.dead_letter_topic(projection.store))
-            # Where its tasks forward its changes (stores others read: docs/rekeying-and-joins.md)
-            .option("forwards", self._forwards(projection))
+            # Each store's topics, and where its tasks forward its changes (stores others read:
+            # docs/rekeying-and-joins.md)
+            .option("stores", stores_option([self._store_entry(p) for p in group.projections]))
             # The tasks' Kafka clients get the instance's client properties (security).
             .options(**spark_options())
             .load()
@@ -236,15 +237,20 @@ class ProjectionRunner:
         # the JVM, with no Python sink and its second Python worker per task.
         return (
             folded.writeStream.format("noop")
-            .queryName(query_name(settings.service, projection.store))
+            .queryName(query_name(settings.service, group.key))
             .option("checkpointLocation", str(scratch / uuid.uuid4().hex))
             .start()
         )
 
-    def _forwards(self, projection: Projection) -> str:
-        return forwards_option(
-            self.projections, projection.store, self.settings.events_topic, self.partitions
-        )
+    def _store_entry(self, projection: Projection) -> dict[str, str]:
+        store, settings = projection.store, self.settings
+        forwards = forwards_option(self.projections, store, settings.events_topic, self.partitions)
+        return {
+            "store": store,
+            "changelog_topic": settings.changelog_topic(store),
+            "dead_letter_topic": settings.dead_letter_topic(store),
+            "forwards": forwards,
+        }
 
     def _supervise_loop(self) -> None:
         while not self._stopping.wait(SUPERVISE_INTERVAL_S):
@@ -259,27 +265,25 @@ class ProjectionRunner:
         partitions stopped at a poison record out of their queries."""
         with self._lock:
             self._leave_stopped_out()
-            for projection in self.projections:
+            for key in list(self.groups):
                 if self._stopping.is_set():
                     return
-                self._supervise(projection, time.monotonic())
+                self._supervise(key, time.monotonic())
 
-    def _supervise(self, projection: Projection, now: float) -> None:
-        store = projection.store
-        query = self.queries[store]
-        failing = self._failing.get(store)
+    def _supervise(self, key: str, now: float) -> None:
+        store = key  # named in the log by its stores
+        query = self.queries[key]
+        failing = self._failing.get(key)
         error = query.exception()
         if error is None:
             if failing is not None and failing.query is not query and query.lastProgress:
                 log.info("projection %s recovered after %d failures", store, failing.failures)
-                del self._failing[store]
+                del self._failing[key]
             return
         if failing is None or failing.query is not query:
             failures = 1 if failing is None else failing.failures + 1
-            failing = _Failing(
-                failures, _error_summary(error), now + restart_delay(failures), query
-            )
-            self._failing[store] = failing
+            failing = Failing(failures, error_summary(error), now + restart_delay(failures), query)
+            self._failing[key] = failing
             log.warning(
                 "projection %s failed (%s), %d times in a row; restarting it in %.0fs",
                 store,
@@ -290,23 +294,22 @@ class ProjectionRunner:
         if now < failing.restart_at:
             return
         try:
-            self._restart(projection)
+            self._restart(key)
         except Exception as exc:  # noqa: BLE001 - tried again after the next wait
             log.exception("restarting projection %s", store)
             failing.failures += 1
-            failing.error = f"restarting it failed: {_error_summary(exc)}"
+            failing.error = f"restarting it failed: {error_summary(exc)}"
             failing.restart_at = now + restart_delay(failing.failures)
 
-    def _restart(self, projection: Projection) -> None:
-        store = projection.store
-        topic = projection.source_topic(self.settings.events_topic)
+    def _restart(self, key: str) -> None:
+        group = self.groups[key]
         # A task of the failed query still writing can only move an offset forward: the new
         # query's tasks skip what the stores hold by then.
-        starts = stored_offsets(self.host, store, topic, sorted(self._owned[store]))
-        log.warning("projection %s restarts from %s", store, starts)
-        write_owned(self._owned_path(store), starts)
-        self._owned[store] = starts
-        self.queries[store] = self._start(projection)
+        starts = self._starts(group, self._owned[key])
+        log.warning("projection %s restarts from %s", key, starts)
+        write_owned(self._owned_path(key), starts)
+        self._owned[key] = starts
+        self.queries[key] = self._start(group)
 
     def _stopped_partitions(self, store: str) -> set[int]:
         return {p for s, p in self.host.stopped() if s == store}
@@ -314,14 +317,13 @@ class ProjectionRunner:
     def _leave_stopped_out(self) -> None:
         """Take the partitions a task stopped out of their queries (the store host already
         refuses their tasks): no micro-batch plans them any more."""
-        for projection in self.projections:
-            store = projection.store
-            stopped = self._stopped_partitions(store) & set(self._owned[store])
+        for key, group in self.groups.items():
+            stopped = self._stopped_everywhere(group) & set(self._owned[key])
             if stopped:
-                log.warning("projection %s leaves stopped partitions %s", store, sorted(stopped))
-                kept = {p: o for p, o in self._owned[store].items() if p not in stopped}
-                write_owned(self._owned_path(store), kept)
-                self._owned[store] = kept
+                log.warning("projection %s leaves stopped partitions %s", key, sorted(stopped))
+                kept = {p: o for p, o in self._owned[key].items() if p not in stopped}
+                write_owned(self._owned_path(key), kept)
+                self._owned[key] = kept
 
     def stopped(self) -> dict[tuple[str, int], str]:
         """``{(store, partition): reason}`` of the partitions whose folding stopped at a
@@ -339,15 +341,15 @@ class ProjectionRunner:
         answering does, :mod:`foldstream.cluster.versions`.)"""
         now = time.monotonic()
         problems = []
-        for store, failing in sorted(self._failing.items()):
-            if not counts(store):
-                continue
-            waiting = failing.query is self.queries.get(store) and failing.restart_at > now
+        for key, failing in sorted(self._failing.items()):
+            waiting = failing.query is self.queries.get(key) and failing.restart_at > now
             then = f"restarting it in {failing.restart_at - now:.0f}s" if waiting else "restarted"
             times = "once" if failing.failures == 1 else f"{failing.failures} times in a row"
-            problems.append(
+            problems += [
                 f"projection {store!r} failed {times}, last with: {failing.error}; {then}"
-            )
+                for store in self.groups[key].stores
+                if counts(store)
+            ]
         problems += [
             f"store {store!r} partition {partition} {reason} (on_error='stop': fix the cause, "
             "then restart the instance)"
@@ -361,38 +363,32 @@ class ProjectionRunner:
         :mod:`foldstream.cluster.versions`) for good: it is neither run nor restarted again."""
         with self._lock:
             self.projections = [p for p in self.projections if p.store != store]
-            query = self.queries.pop(store, None)
-            self._owned.pop(store, None)
-            self._failing.pop(store, None)
-        if query is not None:
-            try:
-                query.stop()
-            except Exception:  # noqa: BLE001 - stopped with an error: stopped all the same
-                log.exception("stopping the query of retired store %s", store)
-        self._owned_path(store).unlink(missing_ok=True)
-        shutil.rmtree(self.settings.state_dir / "spark" / store, ignore_errors=True)
+            group = self._group_of(store)
+            if group is None:
+                return
+            key = group.key
+            del self.groups[key]
+            query = self.queries.pop(key)
+            owned = self._owned.pop(key)
+            self._failing.pop(key, None)
+            _stop_query(query, key)
+            self._owned_path(key).unlink(missing_ok=True)
+            shutil.rmtree(self.settings.state_dir / "spark" / key, ignore_errors=True)
+            rest = group.without(store)
+            if rest.projections:  # the others of its query fold on, in a query of their own
+                self._launch(rest, self._starts(rest, owned))
 
     def stop(self) -> None:
         self._stopping.set()
         if self._supervisor.is_alive():
             self._supervisor.join()
-        for query in self.queries.values():
-            try:
-                query.stop()
-            except Exception:  # noqa: BLE001 - stopping must go on for the other queries
-                log.exception("stopping %s", query.name)
+        for key, query in self.queries.items():
+            _stop_query(query, key)
         self.queries.clear()
 
 
-#: The line a Python traceback ends with: the exception raised, whatever its class's name.
-_RAISED = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(\S.*)$", re.MULTILINE)
-_PYTHON_ERROR = re.compile(r"^\w[\w.]*(?:Error|Exception): .*$", re.MULTILINE)
-
-
-def _error_summary(error: object) -> str:
-    """The Python error inside a Spark error (else its first line), without stack traces."""
-    text = str(error).strip()
-    raised = _RAISED.search(text) or _PYTHON_ERROR.search(text)
-    if raised is not None:
-        return raised.group(raised.lastindex or 0)
-    return text.splitlines()[0] if text else repr(error)
+def _stop_query(query: StreamingQuery, key: str) -> None:
+    try:
+        query.stop()
+    except Exception:  # noqa: BLE001 - stopped with an error: stopped all the same
+        log.exception("stopping the query of %s", key)

@@ -287,7 +287,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 class FoldStreamReader(KafkaStreamReader):
     """The stream reader of :class:`~foldstream.projections.datasources.FoldSource`: plans
     micro-batches as :class:`KafkaStreamReader` does; each task folds its records
-    (:func:`~foldstream.projections.fold.fold_task`) and yields ``(partition, records applied,
+    (:func:`~foldstream.projections.fold_task.fold_task`) and yields ``(partition, records applied,
     last offset)`` per partition it advanced."""
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -299,7 +299,7 @@ class FoldStreamReader(KafkaStreamReader):
         # the task workers, which Spark forks from a daemon that has them loaded already, not
         # for the planning workers that load this module.
         from foldstream.projections.chunks import records_of_messages, records_of_planned
-        from foldstream.projections.fold import fold_task
+        from foldstream.projections.fold_task import fold_task
         from foldstream.projections.worker import arrow_without_pandas
 
         assert isinstance(partition, KafkaRanges)

@@ -18,8 +18,9 @@ from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.offsets import TailRecord
-from foldstream.projections import fold
+from foldstream.projections import fold_task
 from foldstream.projections.chunks import Records
+from foldstream.projections.query_groups import stores_option
 from foldstream.projections.source import (
     FoldStreamReader,
     KafkaRange,
@@ -28,6 +29,7 @@ from foldstream.projections.source import (
 )
 from foldstream.projections.task_steps import STEPS
 from foldstream.state import RocksDBWriter, partition_path
+from foldstream.state.format import ORDERED_FORMAT
 from foldstream.state.host import StoreHost
 from foldstream.testing.kafka import read_topic
 
@@ -84,7 +86,7 @@ def fold_options(broker: EmbeddedBroker, host: StoreHost) -> dict[str, str]:
 
 def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> str:
     options = fold_options(broker, host)
-    assert fold.fold_task(options, iter(fetches), dict) == {
+    assert fold_task.fold_task(options, iter(fetches), dict) == {
         p: (
             sum(len(f.get(p, [])) for f in fetches),
             max(o for f in fetches for o, _ in f.get(p, [])),
@@ -123,7 +125,7 @@ def test_a_task_of_several_partitions_commits_each_after_its_changelog_records_l
 def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
     broker: EmbeddedBroker, host: StoreHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fold, "FOLD_CHUNK_RECORDS", 5)
+    monkeypatch.setattr(fold_task, "FOLD_CHUNK_RECORDS", 5)
     # Partition 0 arrives in two chunks, with partition 1's records between them.
     [first] = events(0, range(0, 12)).values()
     run_task(broker, host, [{0: first[:6]}, events(1, range(0, 3)), {0: first[6:]}])
@@ -160,6 +162,53 @@ def test_a_task_reports_the_time_of_each_step_to_the_store_host(
     # Every step was timed: each took some time (the changelog's acknowledgements a broker
     # round trip, reading and committing a round trip to the host).
     assert all(seconds > 0 for seconds in steps.values()), steps
+
+
+def test_a_task_of_a_shared_query_folds_each_store_from_its_own_offset(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    reports: list[tuple[str, dict[str, float], int]] = []
+    host = StoreHost(
+        state_dir=tmp_path,
+        on_task=lambda store, steps, records: reports.append((store, steps, records)),
+        formats={"sales_10m": ORDERED_FORMAT},
+    )
+    host.start()
+    try:
+        for store in ("stock", "sales_10m"):
+            host.open(store, 0, identity="t/0", epoch=1)
+        # stock alone folds the first 4 events (a store that was ahead, e.g. restored).
+        fetch = events(0, range(0, 8))
+        run_task(broker, host, [{0: fetch[0][:4]}])
+        assert on_hand(host, 0) == 3
+        reports.clear()
+
+        changelogs = [f"shared-{uuid.uuid4().hex[:8]}.{s}.changelog" for s in ("a", "b")]
+        ensure_topics(
+            broker.bootstrap, [TopicSpec(t, PARTITIONS, compact=True) for t in changelogs]
+        )
+        options = fold_options(broker, host) | {
+            "stores": stores_option(
+                [
+                    {"store": "stock", "changelog_topic": changelogs[0]},
+                    {"store": "sales_10m", "changelog_topic": changelogs[1]},
+                ]
+            )
+        }
+        # Both stores in one task: stock skips what it applied, sales_10m folds every event.
+        assert fold_task.fold_task(options, iter([fetch]), dict) == {0: (8, 7)}
+        assert on_hand(host, 0) == 7  # no event counted twice
+        for store in ("stock", "sales_10m"):
+            held = host.partition(store, 0)
+            assert held is not None and held.applied_offset() == 7
+        assert [(store, records) for store, _, records in reports] == [
+            ("stock", 8),
+            ("sales_10m", 8),
+        ]
+        # Each store's changes went to its own changelog: stock's one key once.
+        assert len(read_topic(broker.bootstrap, changelogs[0], PARTITIONS)) == 1
+    finally:
+        host.stop()
 
 
 def test_the_reader_folds_what_it_fetches_or_was_planned_with_and_yields_a_row_per_partition(

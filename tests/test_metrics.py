@@ -97,14 +97,22 @@ def test_the_listener_records_the_queries_it_was_given_and_survives_bad_reports(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     metrics = InstanceMetrics(command_counts=lambda: None)
-    listener = _ProgressListener(metrics, {"inventory.stock": "stock"})
+    shared = "inventory.stock+sales_10m"
+    listener = _ProgressListener(
+        metrics, {"inventory.stock": ("stock",), shared: ("stock", "sales_10m")}
+    )
     before = samples(metrics.exposition().decode())
 
     listener.onQueryProgress(_ProgressEvent(progress(120, addBatch=90)))
     listener.onQueryProgress(_ProgressEvent({**progress(500), "name": "someone.else"}))
     with caplog.at_level(logging.ERROR, logger="foldstream.metrics"):
         listener.onQueryProgress(_ProgressEvent("not json"))
+    # A query shared by two stores: its micro-batch counts for each.
+    listener.onQueryProgress(_ProgressEvent({**progress(60), "name": shared}))
 
-    since = activity(before, samples(metrics.exposition().decode()), "stock")
-    assert (since.batches, since.batch_mean_ms) == (1, 120.0)
+    after = samples(metrics.exposition().decode())
+    since = activity(before, after, "stock")
+    assert (since.batches, since.batch_mean_ms) == (2, 90.0)
+    since = activity(before, after, "sales_10m")
+    assert (since.batches, since.batch_mean_ms) == (1, 60.0)
     assert "recording a projection's progress" in caplog.text

@@ -18,7 +18,7 @@ from foldstream.errors import BrokerUnavailable
 from foldstream.examples.inventory import service as inventory
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics
-from foldstream.projections import fold
+from foldstream.projections import fold_task
 from foldstream.projections.chunks import Records
 from foldstream.projections.poison import (
     DLQ_ERROR_HEADER,
@@ -91,7 +91,7 @@ def options(broker: EmbeddedBroker, host: StoreHost, store: str) -> dict[str, st
 
 
 def run(task: dict[str, str], fetches: list[dict[int, Records]]) -> dict[int, tuple[int, int]]:
-    return fold.fold_task(task, iter(fetches), dict)
+    return fold_task.fold_task(task, iter(fetches), dict)
 
 
 def dead_letters(broker: EmbeddedBroker, task: dict[str, str]) -> list[tuple]:  # type: ignore[type-arg]

@@ -12,7 +12,8 @@ from foldstream.domain import EventCodec, EventRecord
 from foldstream.examples.inventory.domain import Product
 from foldstream.offsets import TailRecord
 from foldstream.projections.chunks import Records, partition_chunks, records_of_planned
-from foldstream.projections.runner import _error_summary, restart_delay
+from foldstream.projections.query_failures import error_summary as _error_summary
+from foldstream.projections.query_failures import restart_delay
 from foldstream.projections.source import KafkaRange, plan_tasks
 from foldstream.projections.task_output import changelog_position
 

@@ -18,6 +18,7 @@ from foldstream.projections import (
     OrderedProjection,
 )
 from foldstream.projections.graph import forwards_option, is_hidden, routes
+from foldstream.projections.query_groups import query_groups
 from foldstream.service import Service
 
 
@@ -100,3 +101,27 @@ def test_reserved_keys_are_refused_by_lookups_batches_and_commands() -> None:
     with pytest.raises(BadBatch, match="NUL byte is reserved"):
         _keys(b'["ok", "\\u0000mark"]', limits)
     assert limits.key(b"a%00b") == b"a\x00b"  # only the first byte is reserved
+
+
+def test_the_stores_of_a_topic_that_fold_on_their_own_share_a_query() -> None:
+    built = service(
+        EventProjection("plays", keep),
+        EventProjection("titles", keep),
+        OrderedProjection("history", entry=lambda event: None),
+        Aggregation("charts", source="plays", group_by=genre, add=keep, subtract=keep),
+        EventProjection("by_genre", keep, key=lambda event: "any"),
+        EventProjection("titles", keep, version=2),
+    )
+    groups = [(g.topic, g.stores) for g in query_groups(built.projections, "graph.events")]
+    assert groups == [
+        # plays forwards its changes to charts: its exactly-once bookkeeping is its own
+        ("graph.events", ("plays",)),
+        ("graph.events", ("titles", "history")),
+        ("graph.charts.repartition", ("charts",)),
+        ("graph.events", ("by_genre.events",)),  # a hidden forwarder
+        ("graph.by_genre.repartition", ("by_genre",)),
+        ("graph.events", ("titles.v2",)),  # a new version builds beside the one answering
+    ]
+    generation = service(EventProjection("titles", keep)).projection("titles.v1.r1")
+    [alone] = query_groups([*built.projections[:2], generation], "graph.events")[1:]
+    assert alone.stores == ("titles.v1.r1",)

@@ -328,6 +328,8 @@ def test_the_progress_of_a_generation_query_is_recorded_under_its_store() -> Non
     catalog = StoreCatalog({"stock": StoreLayout(EVENTS, "c")})
     stores = QueryStores(catalog, "shop")
     catalog.add("stock.v1.r1", StoreLayout(EVENTS, "c1"))
-    assert stores.get(query_name("shop", "stock.v1.r1")) == "stock.v1.r1"
+    assert stores.get(query_name("shop", "stock.v1.r1")) == ("stock.v1.r1",)
+    assert stores.get(query_name("shop", "stock+stock.v1.r1")) == ("stock", "stock.v1.r1")
     assert stores.get("other.stock") is None and stores.get("shop.nope") is None
-    assert dict(stores) == {"shop.stock": "stock", "shop.stock.v1.r1": "stock.v1.r1"}
+    assert stores.get("shop.stock+nope") is None
+    assert dict(stores) == {"shop.stock": ("stock",), "shop.stock.v1.r1": ("stock.v1.r1",)}

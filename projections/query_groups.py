@@ -1,0 +1,85 @@
+"""Which stores fold in one streaming query.
+
+Every Spark micro-batch has a fixed cost (planning, the tail of the topic, scheduling a task and
+its Python worker, the commit): a query per store paid it once per store, for the same records
+of the same topic. The stores of one source topic that fold each record on their own (no
+forwarding to other stores) share a query instead, as a Kafka Streams sub-topology feeds every
+store of its input: one micro-batch reads the records once and each store folds them, with its
+own offset, changelog and poison records (docs/decisions.md, "One query per topic").
+
+A store keeps a query of its own when it forwards its changes or records to other stores or
+reads them (re-keying, chained stores and joins: their exactly-once bookkeeping is per store),
+when it is a rebuild generation (added while the instance runs, from offset 0), or when its
+version differs (a new version builds from offset 0 beside the one answering, whose freshness
+must not wait for that).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from foldstream.projections.graph import Forwarder, routes
+from foldstream.projections.joins import Join
+from foldstream.projections.projection import Projection
+from foldstream.projections.versions import generation_of, version_of
+
+#: Joins the stores' names in a shared query's name (store names never hold it).
+SEPARATOR = "+"
+
+
+@dataclass(frozen=True)
+class QueryGroup:
+    """The projections one streaming query folds: all of ``topic``."""
+
+    topic: str
+    projections: tuple[Projection, ...]
+
+    @property
+    def stores(self) -> tuple[str, ...]:
+        return tuple(p.store for p in self.projections)
+
+    @property
+    def key(self) -> str:
+        """The group's name: its stores' names, joined by :data:`SEPARATOR`."""
+        return SEPARATOR.join(self.stores)
+
+    def without(self, store: str) -> QueryGroup:
+        return QueryGroup(self.topic, tuple(p for p in self.projections if p.store != store))
+
+
+def shares_a_query(projection: Projection, projections: Sequence[Projection]) -> bool:
+    """Whether ``projection`` may fold in a query with other stores of its topic."""
+    if isinstance(projection, Join | Forwarder) or projection.store in routes(projections):
+        return False
+    return generation_of(projection.store) == 0
+
+
+def query_groups(projections: Sequence[Projection], events_topic: str) -> list[QueryGroup]:
+    """The queries that fold ``projections`` (in their order), as the module says."""
+    grouped: dict[tuple[str, ...], list[Projection]] = {}
+    for projection in projections:
+        topic = projection.source_topic(events_topic)
+        if shares_a_query(projection, projections):
+            key: tuple[str, ...] = (topic, str(version_of(projection.store)))
+        else:
+            key = (topic, projection.store, "alone")
+        grouped.setdefault(key, []).append(projection)
+    return [QueryGroup(key[0], tuple(members)) for key, members in grouped.items()]
+
+
+def stores_option(entries: Sequence[dict[str, str]]) -> str:
+    """The ``stores`` option of a shared query's source: each store's own options."""
+    return json.dumps(list(entries))
+
+
+def store_entries(options: Mapping[str, str]) -> list[dict[str, str]]:
+    """Each store's options of a task: from ``stores`` (a list of ``{"store",
+    "changelog_topic", "dead_letter_topic", "forwards"}``), or a single store's given as the
+    options ``store``, ``changelog_topic``, ``dead_letter_topic`` and ``forwards``."""
+    if "stores" in options:
+        entries = json.loads(options["stores"])
+        return [{k: v for k, v in e.items() if v is not None} for e in entries]
+    keys = ("store", "changelog_topic", "dead_letter_topic", "forwards")
+    return [{k: options[k] for k in keys if k in options}]
