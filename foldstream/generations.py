@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 class QueryStores(Mapping[str, tuple[str, ...]]):
     """``{query name: its stores}`` of the stores of ``catalog`` (the projections' query names,
     :func:`~foldstream.projections.runner.query_name`: a store's, or the stores of a shared
-    query joined by ``+``), as the catalog is now. Iterating gives each store's own name."""
+    query joined by ``+``), as the catalog is now: a store retired from a shared query is left
+    out. Iterating gives each store's own name."""
 
     def __init__(self, catalog: Mapping[str, object], service: str) -> None:
         self.catalog = catalog
@@ -32,8 +33,8 @@ class QueryStores(Mapping[str, tuple[str, ...]]):
 
     def __getitem__(self, query: str) -> tuple[str, ...]:
         key = query.removeprefix(self.prefix)
-        stores = tuple(key.split(SEPARATOR))
-        if key == query or not all(store in self.catalog for store in stores):
+        stores = tuple(store for store in key.split(SEPARATOR) if store in self.catalog)
+        if key == query or not stores:
             raise KeyError(query)
         return stores
 

@@ -43,9 +43,9 @@ def fold_task(
     that ``decode`` turns into ``{partition: records}``, into each store of the options of
     :class:`~foldstream.projections.datasources.FoldSource` (several stores of one topic share
     a query: :mod:`~foldstream.projections.query_groups`); returns ``{partition: (records
-    applied, last offset)}``, the furthest any store got. The time of each step, the records
-    handled and the poison records go to the store host
-    (:mod:`~foldstream.projections.task_steps`)."""
+    applied, last offset)}`` of the store that got furthest (of those, the one that applied
+    most). The time of each step, the records handled and the poison records go to the store
+    host (:mod:`~foldstream.projections.task_steps`)."""
     task = _FoldTask(options)
     with gc_paused():
         groups = map(decode, task.steps.waited(fetches, "input"))
@@ -114,7 +114,9 @@ class _FoldTask:
         applied: dict[int, tuple[int, int]] = {}
         for store in self.stores:
             for partition, (count, offset) in store.applied.items():
-                applied[partition] = max(applied.get(partition, (0, offset)), (count, offset))
+                seen_count, seen_offset = applied.get(partition, (-1, -1))
+                if (offset, count) > (seen_offset, seen_count):
+                    applied[partition] = (count, offset)
         return applied
 
     def report(self) -> None:

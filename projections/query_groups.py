@@ -9,21 +9,26 @@ own offset, changelog and poison records (docs/decisions.md, "One query per topi
 
 A store keeps a query of its own when it forwards its changes or records to other stores or
 reads them (re-keying, chained stores and joins: their exactly-once bookkeeping is per store),
-when it is a rebuild generation (added while the instance runs, from offset 0), or when its
-version differs (a new version builds from offset 0 beside the one answering, whose freshness
-must not wait for that).
+or when another version of it runs beside it: a new version or a rebuild generation builds from
+offset 0 beside the oldest one, which answers and keeps its place in the shared query (its
+freshness must not wait for the build). Once the old one is retired, the new one joins the
+shared query at the instance's next start.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from foldstream.projections.graph import Forwarder, routes
 from foldstream.projections.joins import Join
 from foldstream.projections.projection import Projection
-from foldstream.projections.versions import generation_of, version_of
+from foldstream.projections.versions import logical_name, rank
+from foldstream.state.host import StoreHost
+
+log = logging.getLogger(__name__)
 
 #: Joins the stores' names in a shared query's name (store names never hold it).
 SEPARATOR = "+"
@@ -53,7 +58,9 @@ def shares_a_query(projection: Projection, projections: Sequence[Projection]) ->
     """Whether ``projection`` may fold in a query with other stores of its topic."""
     if isinstance(projection, Join | Forwarder) or projection.store in routes(projections):
         return False
-    return generation_of(projection.store) == 0
+    name = logical_name(projection.store)
+    versions = [p for p in projections if logical_name(p.store) == name]
+    return min(versions, key=lambda p: rank(p.store)) is projection
 
 
 def query_groups(projections: Sequence[Projection], events_topic: str) -> list[QueryGroup]:
@@ -61,12 +68,29 @@ def query_groups(projections: Sequence[Projection], events_topic: str) -> list[Q
     grouped: dict[tuple[str, ...], list[Projection]] = {}
     for projection in projections:
         topic = projection.source_topic(events_topic)
-        if shares_a_query(projection, projections):
-            key: tuple[str, ...] = (topic, str(version_of(projection.store)))
-        else:
-            key = (topic, projection.store, "alone")
+        shared = shares_a_query(projection, projections)
+        key = (topic,) if shared else (topic, projection.store)
         grouped.setdefault(key, []).append(projection)
     return [QueryGroup(key[0], tuple(members)) for key, members in grouped.items()]
+
+
+def start_offsets(
+    host: StoreHost, topic: str, stopped: Mapping[str, set[int]], partitions: Iterable[int]
+) -> dict[int, int]:
+    """``{partition: offset}`` to read ``partitions`` of ``topic`` from, for the stores of a
+    query (``{store: its stopped partitions}``): the lowest next offset of the stores that hold
+    the partition and fold it (each store skips what it applied already). A partition no store
+    holds (released meanwhile) is left out."""
+    starts: dict[int, int] = {}
+    wanted = sorted(partitions)
+    for store, stopped_here in stopped.items():
+        for partition in wanted:
+            offset = host.next_offset(store, partition)
+            if offset is None:
+                log.info("store %s: partition %d of %s is not held here", store, partition, topic)
+            elif partition not in stopped_here:
+                starts[partition] = min(offset, starts.get(partition, offset))
+    return starts
 
 
 def stores_option(entries: Sequence[dict[str, str]]) -> str:

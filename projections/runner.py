@@ -14,6 +14,7 @@ query of several stores, the others fold it on).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import shutil
 import threading
@@ -27,7 +28,12 @@ from foldstream.kafka_client import spark_options
 from foldstream.projections.graph import forwards_option
 from foldstream.projections.projection import Projection
 from foldstream.projections.query_failures import Failing, error_summary, restart_delay
-from foldstream.projections.query_groups import QueryGroup, query_groups, stores_option
+from foldstream.projections.query_groups import (
+    QueryGroup,
+    query_groups,
+    start_offsets,
+    stores_option,
+)
 from foldstream.projections.source import write_owned
 from foldstream.state.host import StoreHost
 
@@ -46,21 +52,6 @@ def query_name(service: str, store: str) -> str:
     """The name of the streaming query of ``service``'s projection into ``store`` (or into the
     stores of a :class:`~foldstream.projections.query_groups.QueryGroup`, its key)."""
     return f"{service}.{store}"
-
-
-def stored_offsets(
-    host: StoreHost, store: str, topic: str, partitions: Sequence[int]
-) -> dict[int, int]:
-    """``{partition: next source offset}`` from the state of each partition of ``store`` that
-    ``host`` holds; the others (released meanwhile) are left out."""
-    starts = {}
-    for partition in partitions:
-        offset = host.next_offset(store, partition)
-        if offset is None:
-            log.info("projection %s: partition %d of %s is not held here", store, partition, topic)
-        else:
-            starts[partition] = offset
-    return starts
 
 
 class ProjectionRunner:
@@ -100,6 +91,7 @@ class ProjectionRunner:
         self.queries: dict[str, StreamingQuery] = {}
         self._owned: dict[str, dict[int, int]] = {}
         self._failing: dict[str, Failing] = {}
+        self._retired: set[str] = set()  # left in a shared query (:meth:`retire`)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._supervisor = threading.Thread(
@@ -107,7 +99,14 @@ class ProjectionRunner:
         )
 
     def _owned_path(self, key: str) -> Path:
-        return self.settings.state_dir / "spark" / f"{key}.owned.json"
+        return self._scratch(key).with_name(f"{self._scratch(key).name}.owned.json")
+
+    def _scratch(self, key: str) -> Path:
+        """A query's scratch directory (its checkpoint), named by its key; a shared query's
+        long key by its digest (a file name is at most 255 bytes)."""
+        if len(key) > 100:
+            key = "shared-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+        return self.settings.state_dir / "spark" / key
 
     def start(self) -> None:
         """Start every query, reading no partition until :meth:`run` says so."""
@@ -130,36 +129,30 @@ class ProjectionRunner:
             self.projections = [*self.projections, projection]
         log.info("projection %s started", projection.store)
 
-    def _launch(self, group: QueryGroup, owned: dict[int, int] | None = None) -> None:
-        """Start ``group``'s query with the partitions ``owned`` (none by default)."""
-        owned = owned or {}
-        write_owned(self._owned_path(group.key), owned)
-        self._owned[group.key] = owned
-        self.groups[group.key] = group
+    def _launch(self, group: QueryGroup) -> None:
+        """Start ``group``'s query with no partition owned yet; it is known once started."""
+        write_owned(self._owned_path(group.key), {})
         self.queries[group.key] = self._start(group)
+        self._owned[group.key] = {}
+        self.groups[group.key] = group
 
     def _group_of(self, store: str) -> QueryGroup | None:
         return next((g for g in self.groups.values() if store in g.stores), None)
 
     def _starts(self, group: QueryGroup, partitions: Iterable[int]) -> dict[int, int]:
-        """``{partition: offset}`` to read ``partitions`` from: the lowest next offset of the
-        group's stores that hold it and fold it (each store skips what it applied already)."""
-        starts: dict[int, int] = {}
-        wanted = sorted(partitions)
-        for store in group.stores:
-            stopped = self._stopped_partitions(store)
-            offsets = stored_offsets(self.host, store, group.topic, wanted)
-            for partition, offset in offsets.items():
-                if partition not in stopped:
-                    starts[partition] = min(offset, starts.get(partition, offset))
-        return starts
+        stopped = {store: self._stopped_partitions(store) for store in self._live(group)}
+        return start_offsets(self.host, group.topic, stopped, partitions)
 
     def _stopped_everywhere(self, group: QueryGroup) -> set[int]:
         """The partitions every store of ``group`` stopped (policy ``stop``): nothing reads
         them. A partition only some stopped is read for the others; the store host refuses
         the stopped ones' tasks."""
-        stopped = [self._stopped_partitions(store) for store in group.stores]
+        stopped = [self._stopped_partitions(store) for store in self._live(group)]
         return set.intersection(*stopped) if stopped else set()
+
+    def _live(self, group: QueryGroup) -> list[str]:
+        """The stores of ``group`` not retired (:meth:`retire`)."""
+        return [store for store in group.stores if store not in self._retired]
 
     def _await_first_trigger(self, query: StreamingQuery) -> None:
         """Wait (up to :attr:`start_timeout_s`) until ``query`` has run its first trigger, before
@@ -211,7 +204,7 @@ class ProjectionRunner:
         # which a thread other than the one that built the session (the supervisor) lacks.
         jvm_session = type(self.spark)._get_j_spark_session_class(self.spark._jvm)
         jvm_session.setActiveSession(self.spark._jsparkSession)
-        scratch = settings.state_dir / "spark" / group.key
+        scratch = self._scratch(group.key)
         shutil.rmtree(scratch, ignore_errors=True)
         folded = (
             self.spark.readStream.format("foldstream-fold")
@@ -342,12 +335,15 @@ class ProjectionRunner:
         now = time.monotonic()
         problems = []
         for key, failing in sorted(self._failing.items()):
+            group = self.groups.get(key)  # retired meanwhile: nothing to say
+            if group is None:
+                continue
             waiting = failing.query is self.queries.get(key) and failing.restart_at > now
             then = f"restarting it in {failing.restart_at - now:.0f}s" if waiting else "restarted"
             times = "once" if failing.failures == 1 else f"{failing.failures} times in a row"
             problems += [
                 f"projection {store!r} failed {times}, last with: {failing.error}; {then}"
-                for store in self.groups[key].stores
+                for store in self._live(group)
                 if counts(store)
             ]
         problems += [
@@ -359,24 +355,24 @@ class ProjectionRunner:
         return "; ".join(problems) or None
 
     def retire(self, store: str) -> None:
-        """Stop the query of ``store`` (a store version retired,
-        :mod:`foldstream.cluster.versions`) for good: it is neither run nor restarted again."""
+        """Stop folding ``store`` (a store version retired, :mod:`foldstream.cluster.versions`)
+        for good. A query of its own stops and is never restarted; in a query shared with other
+        stores it is left to its tasks, which find its partitions released and skip it (a
+        restart of that query would pause the others' folding; at the next start it is gone)."""
         with self._lock:
             self.projections = [p for p in self.projections if p.store != store]
             group = self._group_of(store)
-            if group is None:
+            if group is None or len(group.stores) > 1:
+                self._retired.add(store)
                 return
             key = group.key
             del self.groups[key]
             query = self.queries.pop(key)
-            owned = self._owned.pop(key)
+            self._owned.pop(key, None)
             self._failing.pop(key, None)
-            _stop_query(query, key)
-            self._owned_path(key).unlink(missing_ok=True)
-            shutil.rmtree(self.settings.state_dir / "spark" / key, ignore_errors=True)
-            rest = group.without(store)
-            if rest.projections:  # the others of its query fold on, in a query of their own
-                self._launch(rest, self._starts(rest, owned))
+        _stop_query(query, key)
+        self._owned_path(key).unlink(missing_ok=True)
+        shutil.rmtree(self._scratch(key), ignore_errors=True)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -3,6 +3,7 @@ events, re-keyed projections made joins) and what it refuses at startup, with a 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +19,10 @@ from foldstream.projections import (
     OrderedProjection,
 )
 from foldstream.projections.graph import forwards_option, is_hidden, routes
-from foldstream.projections.query_groups import query_groups
+from foldstream.projections.query_groups import query_groups, start_offsets
 from foldstream.service import Service
+from foldstream.state import RocksDBWriter, partition_path
+from foldstream.state.host import StoreHost
 
 
 def keep(state: Any, *rest: Any) -> Any:
@@ -122,6 +125,31 @@ def test_the_stores_of_a_topic_that_fold_on_their_own_share_a_query() -> None:
         ("graph.by_genre.repartition", ("by_genre",)),
         ("graph.events", ("titles.v2",)),  # a new version builds beside the one answering
     ]
+    # A rebuild generation builds beside the version it rebuilds, then takes its place.
     generation = service(EventProjection("titles", keep)).projection("titles.v1.r1")
-    [alone] = query_groups([*built.projections[:2], generation], "graph.events")[1:]
-    assert alone.stores == ("titles.v1.r1",)
+    groups = [g.stores for g in query_groups([*built.projections[:2], generation], "graph.events")]
+    assert groups == [("plays", "titles"), ("titles.v1.r1",)]  # plays forwards to no store here
+    groups = [g.stores for g in query_groups([built.projections[2], generation], "graph.events")]
+    assert groups == [("history", "titles.v1.r1")]
+
+
+def test_a_shared_query_reads_a_partition_from_the_lowest_offset_of_the_stores_folding_it(
+    tmp_path: Path,
+) -> None:
+    for store, offset in (("stock", 9), ("sales", 4)):
+        writer = RocksDBWriter(partition_path(tmp_path, store, 0), identity="t/0")
+        writer.commit(offset)
+        writer.close()
+    host = StoreHost(state_dir=tmp_path)
+    host.start()
+    try:
+        for store in ("stock", "sales"):
+            host.open(store, 0, identity="t/0", epoch=1)
+        host.open("stock", 1, identity="t/1", epoch=1)  # sales does not hold 1 (yet)
+        both: dict[str, set[int]] = {"stock": set(), "sales": set()}
+        assert start_offsets(host, "t", both, [0, 1, 2]) == {0: 5, 1: 0}
+        # A partition one store stopped at a poison record is read for the others only.
+        assert start_offsets(host, "t", {"stock": set(), "sales": {0}}, [0]) == {0: 10}
+        assert start_offsets(host, "t", {"stock": {0}, "sales": {0}}, [0]) == {}
+    finally:
+        host.stop()
