@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class QueryStores(Mapping[str, tuple[str, ...]]):
     """``{query name: its stores}`` of the stores of ``catalog`` (the projections' query names,
     :func:`~foldstream.projections.runner.query_name`: a store's, or the stores of a shared
-    query joined by ``+``), as the catalog is now: a store retired from a shared query is left
+    query joined by ``+``), as the catalog is now: a store the catalog does not know is left
     out. Iterating gives each store's own name."""
 
     def __init__(self, catalog: Mapping[str, object], service: str) -> None:

@@ -9,10 +9,10 @@ own offset, changelog and poison records (docs/decisions.md, "One query per topi
 
 A store keeps a query of its own when it forwards its changes or records to other stores or
 reads them (re-keying, chained stores and joins: their exactly-once bookkeeping is per store),
-or when another version of it runs beside it: a new version or a rebuild generation builds from
-offset 0 beside the oldest one, which answers and keeps its place in the shared query (its
-freshness must not wait for the build). Once the old one is retired, the new one joins the
-shared query at the instance's next start.
+or while another version of it runs beside it: a new version or a rebuild generation builds
+from offset 0, and the version answering must not wait for that (nor, on a member started with
+an empty state directory, for an old version rebuilt from offset 0 until it is retired). Once
+one version is left, it joins the shared query at the instance's next start.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from foldstream.projections.graph import Forwarder, routes
 from foldstream.projections.joins import Join
 from foldstream.projections.projection import Projection
-from foldstream.projections.versions import logical_name, rank
+from foldstream.projections.versions import logical_name
 from foldstream.state.host import StoreHost
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,7 @@ def shares_a_query(projection: Projection, projections: Sequence[Projection]) ->
     if isinstance(projection, Join | Forwarder) or projection.store in routes(projections):
         return False
     name = logical_name(projection.store)
-    versions = [p for p in projections if logical_name(p.store) == name]
-    return min(versions, key=lambda p: rank(p.store)) is projection
+    return all(p is projection or logical_name(p.store) != name for p in projections)
 
 
 def query_groups(projections: Sequence[Projection], events_topic: str) -> list[QueryGroup]:

@@ -104,7 +104,7 @@ class ProjectionRunner:
     def _scratch(self, key: str) -> Path:
         """A query's scratch directory (its checkpoint), named by its key; a shared query's
         long key by its digest (a file name is at most 255 bytes)."""
-        if len(key) > 100:
+        if len(key.encode()) > 100:
             key = "shared-" + hashlib.sha256(key.encode()).hexdigest()[:24]
         return self.settings.state_dir / "spark" / key
 
@@ -356,14 +356,18 @@ class ProjectionRunner:
 
     def retire(self, store: str) -> None:
         """Stop folding ``store`` (a store version retired, :mod:`foldstream.cluster.versions`)
-        for good. A query of its own stops and is never restarted; in a query shared with other
-        stores it is left to its tasks, which find its partitions released and skip it (a
-        restart of that query would pause the others' folding; at the next start it is gone)."""
+        for good. A query of its own stops and is never restarted. In a query shared with other
+        stores (a store rebuilt on demand while it shared one) its tasks are refused by the
+        store host from now on and skip it: stopping that query would pause the others, and at
+        the next start it is gone."""
         with self._lock:
             self.projections = [p for p in self.projections if p.store != store]
             group = self._group_of(store)
-            if group is None or len(group.stores) > 1:
-                self._retired.add(store)
+            if group is None:
+                return
+            self._retired.add(store)
+            if self._live(group):
+                self.host.refuse(store)
                 return
             key = group.key
             del self.groups[key]

@@ -36,6 +36,13 @@ def remote(host: StoreHost, keys: list[bytes], partition: int = 0) -> RemotePart
     return RemotePartition(host.address, host.authkey, "kv", partition, keys)
 
 
+def committed(host: StoreHost, key: bytes, value: bytes, offset: int) -> None:
+    """``key`` = ``value`` in partition 0 of ``kv``, committed by a task at ``offset``."""
+    task = remote(host, [key])
+    task.put(key, value)
+    task.commit(offset)
+
+
 def test_a_task_report_reaches_on_task_and_is_accepted_without_it(tmp_path: Path) -> None:
     reports: list[tuple[str, dict[str, float], int]] = []
     with_callback = StoreHost(
@@ -99,6 +106,22 @@ def test_a_partition_not_held_is_refused_and_nothing_is_written(host: StoreHost)
         task.commit(1)
     with RocksDBReader(partition_path(host.state_dir, "kv", 0)) as reader:
         assert (reader.get(b"a"), reader.applied_offset()) == (None, None)
+
+
+def test_a_refused_store_turns_its_tasks_away_and_still_answers_lookups(
+    host: StoreHost,
+) -> None:
+    committed(host, b"a", b"1", 1)
+    late = remote(host, [b"a"])  # read before the refusal
+    late.put(b"a", b"2")
+    host.refuse("kv")  # a store version retired from a query it shares
+    with pytest.raises(PartitionClosed, match="retired"):
+        remote(host, [b"a"])
+    with pytest.raises(PartitionClosed):
+        late.commit(2)
+    held = host.partition("kv", 0)
+    assert held is not None and (held.get(b"a"), held.applied_offset()) == (b"1", 1)
+    assert host.stopped() == {}  # not a partition stopped at a poison record
 
 
 def test_a_client_without_the_key_is_turned_away(host: StoreHost) -> None:
@@ -230,9 +253,7 @@ def test_writes_between_idle_flushes_keep_every_value(tmp_path: Path) -> None:
 def test_a_stopped_partition_refuses_tasks_but_not_lookups_until_it_is_held_again(
     host: StoreHost,
 ) -> None:
-    first = remote(host, [b"a"])
-    first.put(b"a", b"1")
-    first.commit(3)
+    committed(host, b"a", b"1", 3)
     call_host(host.address, host.authkey, ("stop", "kv", 0, 4, "ValueError: no"))
     assert host.stopped() == {("kv", 0): PartitionStop(4, "ValueError: no")}
     with pytest.raises(PartitionClosed, match="stopped at offset 4"):

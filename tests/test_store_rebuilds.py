@@ -331,6 +331,6 @@ def test_the_progress_of_a_generation_query_is_recorded_under_its_store() -> Non
     assert stores.get(query_name("shop", "stock.v1.r1")) == ("stock.v1.r1",)
     assert stores.get(query_name("shop", "stock+stock.v1.r1")) == ("stock", "stock.v1.r1")
     assert stores.get("other.stock") is None and stores.get("shop.nope") is None
-    assert stores.get("shop.stock+nope") == ("stock",)  # nope: retired from a shared query
+    assert stores.get("shop.stock+nope") == ("stock",)
     assert stores.get("shop.nope+gone") is None
     assert dict(stores) == {"shop.stock": ("stock",), "shop.stock.v1.r1": ("stock.v1.r1",)}

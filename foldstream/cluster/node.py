@@ -304,7 +304,8 @@ class ClusterNode:
                 continue
         due = self.versions.update(members, self.map.assignment(), ends)
         for store in due:
-            # Its query first: nothing writes the copies the next sync releases.
+            # Its query first (or, in a query shared with other stores, its tasks refused):
+            # nothing writes the copies the next sync releases.
             self.handover.projections.retire(store)
             self.versions.marks.retire(store)
         if due:

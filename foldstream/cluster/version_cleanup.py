@@ -1,8 +1,9 @@
 """What is left of a retired store version, and its removal (:mod:`.versions` decides when).
 
-A retired version's query stops, its copies are released and their directories deleted, and a
-marker file under the state directory (``retired/<store>``) keeps it retired across restarts:
-its topics are not created again and its query does not start. The leader deletes its changelog
+A retired version's folding stops (its query, or its part of a shared one), its copies are
+released and their directories deleted, and a marker file under the state directory
+(``retired/<store>``) keeps it retired across restarts: its topics are not created again and
+its query does not start. The leader deletes its changelog
 and dead-letter topics once every live member lists it as retired.
 """
 

@@ -113,6 +113,7 @@ class StoreHost:
         self.authkey = secrets.token_bytes(32)
         self._held: dict[StoreKey, HeldPartition] = {}
         self._stops: dict[StoreKey, PartitionStop] = {}
+        self._refused: set[str] = set()  # stores whose tasks are refused (:meth:`refuse`)
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
         self.address = ""
@@ -189,6 +190,13 @@ class StoreHost:
         except PartitionClosed:  # closed under this read
             return None
 
+    def refuse(self, store: str) -> None:
+        """Refuse every task's reads and writes of ``store`` from now on (a store version
+        retired from a query it shares with other stores: its tasks skip it); lookups of its
+        partitions still held are answered."""
+        with self._lock:
+            self._refused.add(store)
+
     def stopped(self) -> dict[StoreKey, PartitionStop]:
         """The held partitions a task stopped (store policy ``stop``), with where and why."""
         with self._lock:
@@ -223,6 +231,8 @@ class StoreHost:
         held = self._held.get((store, partition))
         if held is None:
             raise PartitionClosed(f"{store}/{partition} is not held by this instance")
+        if store in self._refused:
+            raise PartitionClosed(f"{store} is retired: its tasks are refused")
         stop = self._stops.get((store, partition))
         if stop is not None:
             raise PartitionClosed(
