@@ -24,8 +24,8 @@ class FoldSource(DataSource):
     ``owned`` (the path of the file naming the partitions to read, see
     :func:`~foldstream.projections.source.write_owned`), ``service`` (import path), ``stores``
     (the stores the query folds, as JSON: each one's ``store``, ``changelog_topic``,
-    ``dead_letter_topic`` and ``forwards``; a single store may be given as those four options
-    instead, :func:`~foldstream.projections.query_groups.store_entries`), ``store_host`` and
+    ``dead_letter_topic`` and ``forwards``,
+    :func:`~foldstream.projections.query_groups.stores_option`), ``store_host`` and
     ``store_token`` (the :class:`~foldstream.state.host.StoreHost` holding the stores'
     partitions: address and hex key; "token" so that Spark redacts it), and
     optionally ``max_records_per_partition`` (a micro-batch's cap),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from foldstream.projections.graph import Forwarder, routes
@@ -50,13 +50,13 @@ class QueryGroup:
         """The group's name: its stores' names, joined by :data:`SEPARATOR`."""
         return SEPARATOR.join(self.stores)
 
-    def without(self, store: str) -> QueryGroup:
-        return QueryGroup(self.topic, tuple(p for p in self.projections if p.store != store))
 
-
-def shares_a_query(projection: Projection, projections: Sequence[Projection]) -> bool:
-    """Whether ``projection`` may fold in a query with other stores of its topic."""
-    if isinstance(projection, Join | Forwarder) or projection.store in routes(projections):
+def shares_a_query(
+    projection: Projection, projections: Sequence[Projection], emitters: Collection[str]
+) -> bool:
+    """Whether ``projection`` may fold in a query with other stores of its topic
+    (``emitters``: the stores whose changes or records others read, :func:`routes`)."""
+    if isinstance(projection, Join | Forwarder) or projection.store in emitters:
         return False
     name = logical_name(projection.store)
     return all(p is projection or logical_name(p.store) != name for p in projections)
@@ -65,9 +65,10 @@ def shares_a_query(projection: Projection, projections: Sequence[Projection]) ->
 def query_groups(projections: Sequence[Projection], events_topic: str) -> list[QueryGroup]:
     """The queries that fold ``projections`` (in their order), as the module says."""
     grouped: dict[tuple[str, ...], list[Projection]] = {}
+    emitters = routes(projections).keys()
     for projection in projections:
         topic = projection.source_topic(events_topic)
-        shared = shares_a_query(projection, projections)
+        shared = shares_a_query(projection, projections, emitters)
         key = (topic,) if shared else (topic, projection.store)
         grouped.setdefault(key, []).append(projection)
     return [QueryGroup(key[0], tuple(members)) for key, members in grouped.items()]
@@ -98,11 +99,8 @@ def stores_option(entries: Sequence[dict[str, str]]) -> str:
 
 
 def store_entries(options: Mapping[str, str]) -> list[dict[str, str]]:
-    """Each store's options of a task: from ``stores`` (a list of ``{"store",
-    "changelog_topic", "dead_letter_topic", "forwards"}``), or a single store's given as the
-    options ``store``, ``changelog_topic``, ``dead_letter_topic`` and ``forwards``."""
-    if "stores" in options:
-        entries = json.loads(options["stores"])
-        return [{k: v for k, v in e.items() if v is not None} for e in entries]
-    keys = ("store", "changelog_topic", "dead_letter_topic", "forwards")
-    return [{k: options[k] for k in keys if k in options}]
+    """Each store's options of a task, from its option ``stores`` (:func:`stores_option`: a
+    list of ``{"store", "changelog_topic", "dead_letter_topic", "forwards"}``, the topics and
+    forwards optional)."""
+    entries: list[dict[str, str]] = json.loads(options["stores"])
+    return entries

@@ -99,7 +99,8 @@ class ProjectionRunner:
         )
 
     def _owned_path(self, key: str) -> Path:
-        return self._scratch(key).with_name(f"{self._scratch(key).name}.owned.json")
+        scratch = self._scratch(key)
+        return scratch.with_name(f"{scratch.name}.owned.json")
 
     def _scratch(self, key: str) -> Path:
         """A query's scratch directory (its checkpoint), named by its key; a shared query's
@@ -264,13 +265,12 @@ class ProjectionRunner:
                 self._supervise(key, time.monotonic())
 
     def _supervise(self, key: str, now: float) -> None:
-        store = key  # named in the log by its stores
         query = self.queries[key]
         failing = self._failing.get(key)
         error = query.exception()
         if error is None:
             if failing is not None and failing.query is not query and query.lastProgress:
-                log.info("projection %s recovered after %d failures", store, failing.failures)
+                log.info("projection %s recovered after %d failures", key, failing.failures)
                 del self._failing[key]
             return
         if failing is None or failing.query is not query:
@@ -279,7 +279,7 @@ class ProjectionRunner:
             self._failing[key] = failing
             log.warning(
                 "projection %s failed (%s), %d times in a row; restarting it in %.0fs",
-                store,
+                key,
                 failing.error,
                 failures,
                 failing.restart_at - now,
@@ -289,7 +289,7 @@ class ProjectionRunner:
         try:
             self._restart(key)
         except Exception as exc:  # noqa: BLE001 - tried again after the next wait
-            log.exception("restarting projection %s", store)
+            log.exception("restarting projection %s", key)
             failing.failures += 1
             failing.error = f"restarting it failed: {error_summary(exc)}"
             failing.restart_at = now + restart_delay(failing.failures)

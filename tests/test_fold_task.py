@@ -20,7 +20,7 @@ from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.offsets import TailRecord
 from foldstream.projections import fold_task
 from foldstream.projections.chunks import Records
-from foldstream.projections.query_groups import stores_option
+from foldstream.projections.query_groups import store_entries, stores_option
 from foldstream.projections.source import (
     FoldStreamReader,
     KafkaRange,
@@ -75,11 +75,10 @@ def fold_options(broker: EmbeddedBroker, host: StoreHost) -> dict[str, str]:
     changelog = f"fold-{uuid.uuid4().hex[:8]}.changelog"
     ensure_topics(broker.bootstrap, [TopicSpec(changelog, PARTITIONS, compact=True)])
     return {
-        "store": "stock",
+        "stores": stores_option([{"store": "stock", "changelog_topic": changelog}]),
         "service": "foldstream.examples.inventory:service",
         "store_host": host.address,
         "store_token": host.authkey.hex(),
-        "changelog_topic": changelog,
         "bootstrap": broker.bootstrap,
     }
 
@@ -93,7 +92,7 @@ def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> s
         )
         for p in sorted({p for f in fetches for p in f})
     }
-    return options["changelog_topic"]
+    return str(store_entries(options)[0]["changelog_topic"])
 
 
 def on_hand(host: StoreHost, partition: int) -> int:

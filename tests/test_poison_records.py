@@ -31,6 +31,7 @@ from foldstream.projections.poison import (
     ERROR_HEADER_BYTES,
     bounded_utf8,
 )
+from foldstream.projections.query_groups import store_entries, stores_option
 from foldstream.projections.task_output import MAX_VALUE_BYTES
 from foldstream.state.host import StoreHost
 from foldstream.testing.kafka import read_topic
@@ -79,13 +80,19 @@ def options(broker: EmbeddedBroker, host: StoreHost, store: str) -> dict[str, st
     )
     service = "foldstream.examples.inventory" if store == "stock" else "foldstream.testing.flaky"
     return {
-        "store": store,
+        "stores": stores_option(
+            [
+                {
+                    "store": store,
+                    "changelog_topic": f"{prefix}.changelog",
+                    "dead_letter_topic": f"{prefix}.dlq",
+                }
+            ]
+        ),
         "service": f"{service}:service",
         "store_host": host.address,
         "store_token": host.authkey.hex(),
         "topic": "source.topic",
-        "changelog_topic": f"{prefix}.changelog",
-        "dead_letter_topic": f"{prefix}.dlq",
         "bootstrap": broker.bootstrap,
     }
 
@@ -95,7 +102,12 @@ def run(task: dict[str, str], fetches: list[dict[int, Records]]) -> dict[int, tu
 
 
 def dead_letters(broker: EmbeddedBroker, task: dict[str, str]) -> list[tuple]:  # type: ignore[type-arg]
-    return read_topic(broker.bootstrap, task["dead_letter_topic"], PARTITIONS)
+    return read_topic(broker.bootstrap, topic_of(task, "dead_letter_topic"), PARTITIONS)
+
+
+def topic_of(task: dict[str, str], kind: str) -> str:
+    """The ``changelog_topic`` or ``dead_letter_topic`` of ``task``'s store."""
+    return str(store_entries(task)[0][kind])
 
 
 def value_of(host: StoreHost, store: str, partition: int, key: bytes) -> object:
@@ -165,7 +177,7 @@ def test_records_that_are_no_event_of_the_service_are_dead_lettered_and_the_stor
             b"stock",
         )
     assert reports.poison == [("stock", {"dead_lettered": 4})]
-    changelog = read_topic(broker.bootstrap, task["changelog_topic"], PARTITIONS)
+    changelog = read_topic(broker.bootstrap, topic_of(task, "changelog_topic"), PARTITIONS)
     assert [(key, json.loads(value)) for _, _, key, value, _ in changelog] == [
         (b"p0", {"on_hand": 2})
     ]
@@ -194,7 +206,7 @@ def test_a_chunk_of_poison_records_only_moves_the_stored_offset(
     held = host.partition("stock", 0)
     assert held is not None and held.changelog_offset() is None
     assert held.get(b"k") is None
-    assert read_topic(broker.bootstrap, task["changelog_topic"], PARTITIONS) == []
+    assert read_topic(broker.bootstrap, topic_of(task, "changelog_topic"), PARTITIONS) == []
     assert len(dead_letters(broker, task)) == 2
 
 
