@@ -27,6 +27,11 @@ CHANGELOG_ACK_TIMEOUT_S = 30
 #: record is its headers and librdkafka's accounting of them.
 MAX_RECORD_BYTES = 1_000_000
 MAX_VALUE_BYTES = MAX_RECORD_BYTES - 4096
+#: How long the task's producer holds records to batch them. A task flushes before it commits,
+#: and a flush sends at once whatever linger holds, so a long linger delays no commit; it only
+#: makes fewer, larger produce requests while a large chunk folds. A broker's cost is largely
+#: per request (docs/benchmarks.md, "The re-key figure: requests to the broker").
+TASK_LINGER_MS = 50
 
 
 def task_producer(bootstrap: str) -> Producer:
@@ -36,7 +41,7 @@ def task_producer(bootstrap: str) -> Producer:
         producer = Producer(
             producer_config(
                 bootstrap,
-                linger_ms=2,
+                linger_ms=TASK_LINGER_MS,
                 # A rebuild sends up to a key per record: room for whole micro-batches.
                 # Records still queued when their task gives up must never land later, after
                 # the retry's: they expire first (librdkafka then drops them for good).
