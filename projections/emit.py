@@ -24,14 +24,16 @@ from foldstream.projections.forwarded import (
     ADD,
     CHANGE,
     EVENT,
+    FORWARD_HEADER,
+    FORWARD_KEY_HEADER,
     RESERVED,
     SUBTRACT,
     UPDATE,
-    Forwarded,
     Origin,
     Position,
     change_value,
-    forward_headers,
+    forward_header,
+    header_prefix,
     parse_position,
     position_bytes,
 )
@@ -81,13 +83,18 @@ class Pending(NamedTuple):
     headers: tuple[tuple[str, bytes], ...]  # an event's own
 
 
-def _new_key(key: Any, what: str) -> bytes | None:
+_RESERVED_TEXT = RESERVED.decode()
+Described = Callable[[], str]
+"""What a user's function is called for, described only when it fails (a record's error)."""
+
+
+def _new_key(key: Any, what: Described) -> bytes | None:
     if key is None:
         return None
-    if not isinstance(key, str) or not key or key.startswith(RESERVED.decode()):
+    if not isinstance(key, str) or not key or key.startswith(_RESERVED_TEXT):
         raise InputFailed(
-            f"{what} returned {key!r}: a key must be a non-empty string not starting with NUL, "
-            "or None"
+            f"{what()} returned {key!r}: a key must be a non-empty string not starting with "
+            "NUL, or None"
         )
     return key.encode()
 
@@ -102,6 +109,14 @@ class Emitter:
         self.targets = list(targets)
         self._cursors: dict[str, dict[int, Position]] = {}
         self._moved: set[str] = set()
+        self._prefixes: dict[tuple[int, str], bytes] = {}
+        # A hidden forwarder's inputs (each an input of events of a target).
+        self._event_inputs = [
+            (target, index, source)
+            for target in self.targets
+            for index in target.inputs
+            if isinstance(source := target.join.inputs[index], Events)
+        ]
 
     def keys(self) -> list[bytes]:
         """The reserved keys a chunk reads (the cursors)."""
@@ -157,10 +172,13 @@ class Emitter:
         offset: int,
     ) -> list[Pending]:
         text = key.decode()
-        what = (
-            f"store {target.join.store!r}, input {index} ({source.describe()}): group_by "
-            f"for key {text[:100]!r} at {self.where(offset)}"
-        )
+
+        def what() -> str:
+            return (
+                f"store {target.join.store!r}, input {index} ({source.describe()}): group_by "
+                f"for key {text[:100]!r} at {self.where(offset)}"
+            )
+
         groups = [
             None
             if value is None
@@ -185,22 +203,23 @@ class Emitter:
             raise UndecodableRecord(NO_KEY)
         event = None
         pending = []
-        for target in self.targets:
-            for index in target.inputs:
-                source = target.join.inputs[index]
-                assert isinstance(source, Events)
-                if source.key is None:
-                    key: bytes | None = record.key
-                else:
-                    if event is None:
-                        event = target.join.codec.decode(record)
-                    what = (
-                        f"store {target.join.store!r}, input {index} ({source.describe()}): its "
-                        f"key function for the event at {self.where(offset)}"
+        for target, index, source in self._event_inputs:
+            if source.key is None:
+                key: bytes | None = record.key
+            else:
+                if event is None:
+                    event = target.join.codec.decode(record)
+
+                def what(target: Target = target, index: int = index) -> str:
+                    return (
+                        f"store {target.join.store!r}, input {index} "
+                        f"({target.join.inputs[index].describe()}): its key function for the "
+                        f"event at {self.where(offset)}"
                     )
-                    key = _new_key(_call(source.key, what, event), what)
-                if key is not None:
-                    pending.append(Pending(target, index, EVENT, key, record.value, record.headers))
+
+                key = _new_key(_call(source.key, what, event), what)
+            if key is not None:
+                pending.append(Pending(target, index, EVENT, key, record.value, record.headers))
         return pending
 
     def send(
@@ -217,14 +236,11 @@ class Emitter:
             target = item.target
             partition = partition_for(item.key, target.partitions)
             cursors = self._cursors[target.join.store]
-            forwarded = Forwarded(
-                item.input,
-                item.kind,
-                self.origin,
-                (offset, seq),
-                cursors.get(partition),
-                upstream_key,
-            )
+            prefix = self._prefixes.get((item.input, item.kind))
+            if prefix is None:
+                prefix = header_prefix(item.input, item.kind, self.origin)
+                self._prefixes[item.input, item.kind] = prefix
+            header = forward_header(prefix, (offset, seq), cursors.get(partition))
             produce_when_room(
                 producer,
                 target.topic,
@@ -232,7 +248,11 @@ class Emitter:
                 key=item.key,
                 value=item.value,
                 partition=partition,
-                headers=[*item.headers, *forward_headers(forwarded)],
+                headers=[
+                    *item.headers,
+                    (FORWARD_HEADER, header),
+                    (FORWARD_KEY_HEADER, upstream_key),
+                ],
                 on_delivery=on_delivery,
             )
             cursors[partition] = (offset, seq)
@@ -250,7 +270,7 @@ class Emitter:
         }
 
 
-def _call(function: Callable[..., Any] | None, what: str, *arguments: Any) -> Any:
+def _call(function: Callable[..., Any] | None, what: Described, *arguments: Any) -> Any:
     """``function(*arguments)``; its error is the record's, named by ``what``."""
     assert function is not None
     try:
@@ -258,4 +278,4 @@ def _call(function: Callable[..., Any] | None, what: str, *arguments: Any) -> An
     except BrokerUnavailable:
         raise
     except Exception as exc:
-        raise InputFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        raise InputFailed(f"{what()} raised {type(exc).__name__}: {exc}") from exc

@@ -27,6 +27,7 @@ events topic can forge an event: restrict writes to the service's instances with
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 from foldstream.domain.records import EventRecord
@@ -72,13 +73,23 @@ class Forwarded(NamedTuple):
 
 def forward_headers(forwarded: Forwarded) -> list[tuple[str, bytes]]:
     """The two headers of ``forwarded``."""
-    prev = "-" if forwarded.prev is None else position_bytes(forwarded.prev).decode()
-    origin, (offset, seq) = forwarded.origin, forwarded.position
-    text = (
-        f"{forwarded.input} {forwarded.kind} {origin.emitter} {origin.topic} "
-        f"{origin.partition} {offset} {seq} {prev}"
-    )
-    return [(FORWARD_HEADER, text.encode()), (FORWARD_KEY_HEADER, forwarded.upstream_key)]
+    prefix = header_prefix(forwarded.input, forwarded.kind, forwarded.origin)
+    return [
+        (FORWARD_HEADER, forward_header(prefix, forwarded.position, forwarded.prev)),
+        (FORWARD_KEY_HEADER, forwarded.upstream_key),
+    ]
+
+
+def header_prefix(input: int, kind: str, origin: Origin) -> bytes:
+    """The first fields of :data:`FORWARD_HEADER`, the same for all records of one origin,
+    input and kind: an emitter computes them once, not per record."""
+    return f"{input} {kind} {origin.emitter} {origin.topic} {origin.partition} ".encode()
+
+
+def forward_header(prefix: bytes, position: Position, prev: Position | None) -> bytes:
+    """:data:`FORWARD_HEADER`'s value: ``prefix`` (:func:`header_prefix`), then the
+    record's position and its predecessor's."""
+    return b"%s%d %d %s" % (prefix, *position, b"-" if prev is None else position_bytes(prev))
 
 
 def parse_forwarded(record: EventRecord) -> Forwarded:
@@ -96,22 +107,30 @@ def parse_forwarded(record: EventRecord) -> Forwarded:
             f"{FORWARD_HEADER!r} and {FORWARD_KEY_HEADER!r} are required"
         )
     try:
-        index, kind, emitter, topic, partition, offset, seq, prev = text.decode("ascii").split()
-        forwarded = Forwarded(
-            _natural(index),
+        prefix, offset, seq, prev = text.rsplit(None, 3)
+        index, kind, origin = _prefix_fields(prefix)
+        return Forwarded(
+            index,
             kind,
-            Origin(emitter, topic, _natural(partition)),
+            origin,
             (_natural(offset), _natural(seq)),
-            None if prev == "-" else parse_position(prev),
+            None if prev == b"-" else parse_position(prev.decode("ascii")),
             upstream_key,
         )
     except ValueError as exc:
         raise UndecodableRecord(
             f"malformed {FORWARD_HEADER!r} header {text[:200]!r}: {exc}"
         ) from None
+
+
+@functools.lru_cache(maxsize=256)
+def _prefix_fields(prefix: bytes) -> tuple[int, str, Origin]:
+    """The fields :func:`header_prefix` wrote, which all records of one origin, input and kind
+    share: parsed once for them (bounded: anyone may write to the topic)."""
+    index, kind, emitter, topic, partition = prefix.decode("ascii").split()
     if kind not in KINDS:
-        raise UndecodableRecord(f"malformed {FORWARD_HEADER!r} header {text[:200]!r}")
-    return forwarded
+        raise ValueError(f"unknown kind {kind[:20]!r}")
+    return _natural(index), kind, Origin(emitter, topic, _natural(partition))
 
 
 def origin_fields(record: EventRecord) -> bytes | None:
@@ -122,7 +141,7 @@ def origin_fields(record: EventRecord) -> bytes | None:
     return None if text is None else b" ".join(text.split(None, 5)[2:5])
 
 
-def _natural(text: str) -> int:
+def _natural(text: str | bytes) -> int:
     """A decimal of at most 18 digits (what an offset or an index can be)."""
     if not (text.isascii() and text.isdigit() and len(text) <= 18):
         raise ValueError(f"{text[:20]!r} is not a natural number")

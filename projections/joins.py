@@ -235,7 +235,8 @@ class Join(Projection):
                 f"store {self.store!r} has {len(self.inputs)} inputs, no input {forwarded.input}"
             )
         source = self.inputs[forwarded.input]
-        state = None if current is None else json.loads(current)
+        # Text, not bytes: json.loads would detect the encoding of every value.
+        state = None if current is None else json.loads(current.decode())
         try:
             new_state = source.fold_forwarded(state, forwarded, record, self._codec)
         except (BrokerUnavailable, UndecodableRecord):
