@@ -101,6 +101,9 @@ class Settings:
     # as they go (a retried task skips them), so the cap bounds planning, not memory or lost
     # work; fewer, larger micro-batches spend less on Spark's fixed cost of each.
     batch_records_per_partition: int = 500_000
+    # How long an instance starting waits for the cluster to answer before it gives up with
+    # an error (a broker started at the same moment may take a while).
+    broker_wait_s: int = 30
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -131,6 +134,8 @@ class Settings:
                 f"batch_records_per_partition must be 1..{MAX_BATCH_RECORDS}, got "
                 f"{self.batch_records_per_partition}"
             )
+        if not 1 <= self.broker_wait_s <= 3600:
+            raise ConfigurationError(f"broker_wait_s must be 1..3600, got {self.broker_wait_s}")
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
         if not valid_url(self.url):
@@ -223,6 +228,7 @@ class Settings:
             ("aggregate_cache_size", int),
             ("consistency_wait_ms", int),
             ("batch_records_per_partition", int),
+            ("broker_wait_s", int),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

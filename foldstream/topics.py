@@ -27,7 +27,7 @@ def provision(
 
     Fails at once, with one clear error, when the cluster rejects the client's credentials or
     TLS settings (:func:`~foldstream.kafka_client.wait_for_cluster`)."""
-    wait_for_cluster(settings.bootstrap_servers)
+    wait_for_cluster(settings.bootstrap_servers, settings.broker_wait_s)
     specs = [
         TopicSpec(settings.events_topic, settings.partitions),
         TopicSpec(settings.cluster_topic, 1, compact=True),

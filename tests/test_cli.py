@@ -68,8 +68,8 @@ def test_missing_java(tmp_path: Path, broker: EmbeddedBroker) -> None:
 
 def test_an_unreachable_broker(tmp_path: Path) -> None:
     nobody = f"127.0.0.1:{free_port()}"
-    line = serve(tmp_path / "state", nobody)
-    assert line.startswith(f"error: no Kafka broker answered at {nobody}")
+    line = serve(tmp_path / "state", nobody, env={"FOLDSTREAM_BROKER_WAIT_S": "2"})
+    assert line.startswith(f"error: no Kafka broker answered at {nobody} within 2s")
 
 
 @pytest.mark.parametrize("style", ["json", "text"])
