@@ -108,6 +108,8 @@ def parse_forwarded(record: EventRecord) -> Forwarded:
         )
     try:
         prefix, offset, seq, prev = text.rsplit(None, 3)
+        if len(prefix) > MAX_PREFIX_BYTES:
+            raise ValueError(f"its origin's fields take more than {MAX_PREFIX_BYTES} bytes")
         index, kind, origin = _prefix_fields(prefix)
         return Forwarded(
             index,
@@ -123,14 +125,25 @@ def parse_forwarded(record: EventRecord) -> Forwarded:
         ) from None
 
 
-@functools.lru_cache(maxsize=256)
+#: More than the fields :func:`header_prefix` writes can take: an input index, a kind, the
+#: emitting store's name and the topic it folds (each part of a Kafka topic name: at most 249
+#: characters) and a partition. A longer one is malformed, and never cached.
+MAX_PREFIX_BYTES = 1024
+
+
+@functools.lru_cache(maxsize=4096)
 def _prefix_fields(prefix: bytes) -> tuple[int, str, Origin]:
     """The fields :func:`header_prefix` wrote, which all records of one origin, input and kind
-    share: parsed once for them (bounded: anyone may write to the topic)."""
-    index, kind, emitter, topic, partition = prefix.decode("ascii").split()
-    if kind not in KINDS:
+    share: parsed once for them. Anyone may write to the topic: the cache holds at most 4,096
+    prefixes of at most :data:`MAX_PREFIX_BYTES` (some MB), and keeps no failure."""
+    index, kind, emitter, topic, partition = prefix.split()
+    if kind.decode("ascii") not in KINDS:
         raise ValueError(f"unknown kind {kind[:20]!r}")
-    return _natural(index), kind, Origin(emitter, topic, _natural(partition))
+    return (
+        _natural(index),
+        kind.decode("ascii"),
+        Origin(emitter.decode("ascii"), topic.decode("ascii"), _natural(partition)),
+    )
 
 
 def origin_fields(record: EventRecord) -> bytes | None:

@@ -10,6 +10,7 @@ from foldstream.domain.records import EventRecord
 from foldstream.errors import UndecodableRecord
 from foldstream.projections.forwarded import (
     ADD,
+    EVENT,
     FORWARD_HEADER,
     FORWARD_KEY_HEADER,
     KINDS,
@@ -60,6 +61,7 @@ def test_header_text_is_the_documented_format() -> None:
         b"0 event e\xff t 1 5 0 -",  # not ASCII, in the origin's fields
         b"0 event e t 1 5\xd9\xa3 0 -",  # not ASCII, in the position
         "0 event e t 1 \u0663 0 -".encode(),  # a non-ASCII digit
+        b"0 event " + b"e" * 1100 + b" t 1 5 0 -",  # longer than any store's name can be
     ],
 )
 def test_malformed_headers_are_undecodable_records(header: bytes) -> None:
@@ -70,3 +72,12 @@ def test_malformed_headers_are_undecodable_records(header: bytes) -> None:
 def test_a_record_without_the_headers_is_undecodable() -> None:
     with pytest.raises(UndecodableRecord, match="not a forwarded record"):
         parse_forwarded(EventRecord(b"k", b"{}", ((FORWARD_HEADER, b"0 event e t 1 5 0 -"),)))
+
+
+def test_the_longest_names_a_store_and_its_topic_can_have_parse() -> None:
+    longest = "s" * 249  # Kafka's limit on a topic name, which a store's name is part of
+    said = Forwarded(
+        0, EVENT, Origin(longest, longest, 1_000_000), (10**18 - 1, 3), (10**18 - 1, 2), b"k"
+    )
+    record = EventRecord(b"asset-1", b"{}", tuple(forward_headers(said)))
+    assert parse_forwarded(record) == said
