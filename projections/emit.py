@@ -210,11 +210,12 @@ class Emitter:
                 if event is None:
                     event = target.join.codec.decode(record)
 
-                def what(target: Target = target, index: int = index) -> str:
+                def what(
+                    target: Target = target, index: int = index, source: Events = source
+                ) -> str:
                     return (
-                        f"store {target.join.store!r}, input {index} "
-                        f"({target.join.inputs[index].describe()}): its key function for the "
-                        f"event at {self.where(offset)}"
+                        f"store {target.join.store!r}, input {index} ({source.describe()}): its "
+                        f"key function for the event at {self.where(offset)}"
                     )
 
                 key = _new_key(_call(source.key, what, event), what)

@@ -92,6 +92,12 @@ def forward_header(prefix: bytes, position: Position, prev: Position | None) -> 
     return b"%s%d %d %s" % (prefix, *position, b"-" if prev is None else position_bytes(prev))
 
 
+#: More than the fields :func:`header_prefix` writes can take: an input index, a kind, the
+#: emitting store's name and the topic it folds (each part of a Kafka topic name: at most 249
+#: characters) and a partition. A longer one is malformed, and never cached.
+MAX_PREFIX_BYTES = 1024
+
+
 def parse_forwarded(record: EventRecord) -> Forwarded:
     """The headers of a forwarded record; :class:`UndecodableRecord` if it is none (anything
     may have been written to the topic)."""
@@ -125,23 +131,18 @@ def parse_forwarded(record: EventRecord) -> Forwarded:
         ) from None
 
 
-#: More than the fields :func:`header_prefix` writes can take: an input index, a kind, the
-#: emitting store's name and the topic it folds (each part of a Kafka topic name: at most 249
-#: characters) and a partition. A longer one is malformed, and never cached.
-MAX_PREFIX_BYTES = 1024
-
-
 @functools.lru_cache(maxsize=4096)
 def _prefix_fields(prefix: bytes) -> tuple[int, str, Origin]:
     """The fields :func:`header_prefix` wrote, which all records of one origin, input and kind
     share: parsed once for them. Anyone may write to the topic: the cache holds at most 4,096
     prefixes of at most :data:`MAX_PREFIX_BYTES` (some MB), and keeps no failure."""
-    index, kind, emitter, topic, partition = prefix.split()
-    if kind.decode("ascii") not in KINDS:
+    index, kind_bytes, emitter, topic, partition = prefix.split()
+    kind = kind_bytes.decode("ascii")
+    if kind not in KINDS:
         raise ValueError(f"unknown kind {kind[:20]!r}")
     return (
         _natural(index),
-        kind.decode("ascii"),
+        kind,
         Origin(emitter.decode("ascii"), topic.decode("ascii"), _natural(partition)),
     )
 
