@@ -28,9 +28,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench.http_client import Connection
 from bench.workload import sku
+from foldstream.end_probes import ProbedEnds
 from foldstream.examples.inventory import service
 from foldstream.kafka import consume_available, consumer_config
-from foldstream.offsets import EndOffsets
 from foldstream.projections.chunks import records_of_messages
 from foldstream.projections.fold import fold_partition
 from foldstream.state import RocksDBWriter, partition_path
@@ -191,7 +191,7 @@ class TailingFold:
             for p in range(partitions)
         }
         self.commits: dict[int, list[tuple[int, float]]] = {p: [] for p in range(partitions)}
-        ends = EndOffsets(bootstrap, topic, list(range(partitions)))
+        ends = ProbedEnds(bootstrap, topic, list(range(partitions)))
         try:
             starts = ends.ends()  # read from data: right even where the broker under-reports
         finally:

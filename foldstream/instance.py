@@ -32,11 +32,11 @@ from foldstream.commands.ownership import CommandPartitions
 from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.dashboard import dashboard_routes
 from foldstream.direct_routes import DirectRoutes
+from foldstream.end_probes import ProbedEnds
 from foldstream.generations import QueryStores, ServiceGenerations
 from foldstream.http_input import InputLimits
 from foldstream.kafka_client import installed as kafka_properties
 from foldstream.metrics import CONTENT_TYPE, InstanceMetrics, listen_to_progress
-from foldstream.offsets import EndOffsets
 from foldstream.openapi import openapi_document, store_reads
 from foldstream.preflight import kept_projections, prepare, store_layouts
 from foldstream.projections.graph import is_hidden
@@ -308,12 +308,7 @@ class Instance:
         the queryable stores, in the cluster map)."""
         settings, stores = self.settings, self.catalog
         ends = {
-            topic: EndOffsets(
-                settings.bootstrap_servers,
-                topic,
-                list(range(count)),
-                fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
-            )
+            topic: ProbedEnds(settings.bootstrap_servers, topic, list(range(count)))
             for topic, count in layout.items()
         }
         for topic_ends in ends.values():

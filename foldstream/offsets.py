@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from foldstream.domain.records import kafka_timestamp
+from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, consume_available, consumer_config
 
@@ -137,11 +138,21 @@ class KeptRecords:
         self._start[partition] = offset
 
 
+#: How long asking for the ends waits for a probe of the paused partitions, at most; their last
+#: ends are given when it does not answer in time.
+PAUSED_PROBE_S = 2.0
+
+
 class EndOffsets:
     """Tracks ``{partition: end offset}`` of ``topic`` in a background thread.
 
     With ``keep_records`` > 0 it also keeps the last records it read of each partition (up to
-    that many), for :meth:`records`.
+    that many), for :meth:`records`; and a partition whose records were read more than that
+    many past its floor (the offset :meth:`forget_below` gave last: what is folded) is paused
+    until the floor comes within that many of its end again. Its records there could not be
+    served (:meth:`records` serves ranges from the floor, of at most ``keep_records``), and
+    behind a backlog reading them was a cost per record for nothing: meanwhile its end is
+    probed (:class:`~foldstream.end_probes.ProbedEnds`) when asked.
     """
 
     def __init__(
@@ -160,6 +171,10 @@ class EndOffsets:
         self._known: set[int] = set()
         self._changed = threading.Condition()
         self._stopping = threading.Event()
+        self._floors: dict[int, int] = {}
+        self._paused: set[int] = set()
+        self._resume_at: dict[int, int] = {}
+        self._probe = ProbedEnds(bootstrap, topic, self.partitions) if keep_records > 0 else None
         self._consumer = Consumer(
             consumer_config(
                 bootstrap,
@@ -176,6 +191,7 @@ class EndOffsets:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            self._resume_due()
             messages = consume_available(self._consumer, 10_000, 0.05)
             if not messages:
                 continue
@@ -195,12 +211,47 @@ class EndOffsets:
                         self._kept.on_record(partition, message)
                     if end > self._ends.get(partition, -1):
                         self._ends[partition] = end
+                self._pause_far_ahead()
                 self._changed.notify_all()
+
+    def _pause_far_ahead(self) -> None:
+        """Pause the partitions read more than the kept records past their floor (the class's
+        docstring). Called with the lock held, in the tail's thread."""
+        limit = self._kept.limit
+        ahead = [
+            p
+            for p, floor in self._floors.items()
+            if p not in self._paused and self._ends.get(p, floor) - floor > limit
+        ]
+        if ahead:
+            # Pausing drops what was fetched of them: nothing read before it arrives after.
+            self._consumer.pause([TopicPartition(self.topic, p) for p in ahead])
+            for p in ahead:
+                self._paused.add(p)
+                self._kept.forget(p)
+
+    def _resume_due(self) -> None:
+        """Read on from their floor the paused partitions whose floor came near their end."""
+        with self._changed:
+            due, self._resume_at = self._resume_at, {}
+        for partition, offset in due.items():
+            # The seek drops what was fetched before it, as pausing does; the range kept
+            # starts again with the first record read from the floor.
+            self._consumer.seek(TopicPartition(self.topic, partition, offset))
+            self._consumer.resume([TopicPartition(self.topic, partition)])
+            with self._changed:
+                self._paused.discard(partition)
+                self._kept.forget(partition)
 
     def keep_only(self, partitions: set[int]) -> None:
         """Keep the records of ``partitions`` only, from now on."""
         with self._changed:
             self._kept.keep_only(partitions)
+            for partition in set(self._floors) - partitions:
+                # No floor any more: read on from its last end, which keeps that end current.
+                del self._floors[partition]
+                if partition in self._paused:
+                    self._resume_at[partition] = self._ends[partition]
 
     def records(self, partition: int, start: int, end: int) -> list[TailRecord] | None:
         """The records at offsets ``[start, end)`` of ``partition``, when the tail read all of
@@ -215,16 +266,28 @@ class EndOffsets:
         return _tail_records(messages)
 
     def forget_below(self, offsets: dict[int, int]) -> None:
-        """Drop the kept records below ``offsets[partition]`` (those are folded already)."""
+        """Drop the kept records below ``offsets[partition]`` (those are folded already): the
+        partition's floor."""
         with self._changed:
             for partition, offset in offsets.items():
                 self._kept.forget_below(partition, offset)
+                if self._probe is None:
+                    continue
+                self._floors[partition] = offset
+                paused_end = self._ends.get(partition, offset)
+                if partition in self._paused and paused_end - offset <= self._kept.limit:
+                    self._resume_at[partition] = offset
 
     def ends(self, timeout: float = 30.0) -> dict[int, int]:
-        """The end offset of every partition; waits until each has been read to its end once."""
+        """The end offset of every partition; waits until each has been read to its end once
+        (or probed, paused). The ends of paused partitions are probed."""
         deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self._known) < len(self.partitions):
+        while True:
+            remaining = deadline - time.monotonic()
+            self._probe_paused(max(0.0, min(remaining, PAUSED_PROBE_S)))
+            with self._changed:
+                if len(self._known) >= len(self.partitions):
+                    return dict(self._ends)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     missing = sorted(set(self.partitions) - self._known)
@@ -232,8 +295,23 @@ class EndOffsets:
                         f"could not read to the end of {self.topic} partitions {missing} "
                         f"within {timeout}s"
                     )
-                self._changed.wait(remaining)
-            return dict(self._ends)
+                # Woken by the tail; a partition it paused meanwhile is probed next round.
+                self._changed.wait(min(remaining, 0.1))
+
+    def _probe_paused(self, timeout: float) -> None:
+        with self._changed:
+            paused = set(self._paused)
+        if not paused or self._probe is None:
+            return
+        try:
+            probed = self._probe.ends(timeout)
+        except BrokerUnavailable:  # their last ends stand, as a stalled tail's would
+            return
+        with self._changed:
+            for p in paused:
+                self._known.add(p)
+                if probed[p] > self._ends.get(p, -1):
+                    self._ends[p] = probed[p]
 
     def wait_beyond(self, offsets: dict[int, int], timeout: float) -> dict[int, int]:
         """Wait up to ``timeout`` until some partition's end passes ``offsets``; return the ends."""
@@ -252,6 +330,8 @@ class EndOffsets:
         self._stopping.set()
         self._thread.join(timeout=5)
         self._consumer.close()
+        if self._probe is not None:
+            self._probe.close()
 
 
 def _offset(message: Any) -> int:
@@ -260,137 +340,3 @@ def _offset(message: Any) -> int:
 
 def _tail_records(messages: list[Any] | None) -> list[TailRecord] | None:
     return None if messages is None else [TailRecord.from_message(m) for m in messages]
-
-
-def holds_records(
-    bootstrap: str, topic: str, partition: int, start: int, end: int, *, timeout: float = 5.0
-) -> bool:
-    """Whether a consumer finds any record at offsets ``[start, end)`` of ``partition``.
-
-    Some offsets hold no record a consumer is given: transaction markers (every committed
-    transaction ends with one), records of aborted transactions, compacted-away records. So a
-    store that applied everything up to ``start`` is caught up with ``end`` when this is False,
-    although ``end - start > 0``.
-    """
-    if end <= start:
-        return False
-    consumer = Consumer(consumer_config(bootstrap))
-    consumer.assign([TopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + timeout
-    try:
-        while (remaining := deadline - time.monotonic()) > 0:
-            message = consumer.poll(remaining)
-            if message is None:
-                break
-            error, offset = message.error(), message.offset()
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                raise BrokerUnavailable(f"reading {topic}/{partition}: {error}")
-            if offset is None:
-                continue
-            if error is None:
-                return bool(offset < end)
-            if offset >= end:
-                return False
-    finally:
-        consumer.close()
-    raise BrokerUnavailable(f"could not read {topic}/{partition} from {start} within {timeout}s")
-
-
-#: How long a fetch at a recorded position may go unanswered before the partition's end is
-#: learnt by reading up to it instead (see :func:`positions_within`).
-POSITION_ANSWER_S = 3.0
-
-Position = tuple[str, int]
-"""``(topic, partition)``."""
-
-
-def positions_within(
-    bootstrap: str,
-    positions: dict[Position, int],
-    *,
-    answer_s: float = POSITION_ANSWER_S,
-    timeout: float = 30.0,
-) -> dict[Position, bool]:
-    """Whether each of ``positions`` (``{(topic, partition): offset}``, the next offset a
-    reader would read) lies within its partition: at or before the partition's end.
-
-    A position past the end is one recorded before its topic was deleted and created again (a
-    broker that keeps its data in memory restarted, a topic recreated, another cluster). Each
-    partition is read from its position with offset resets turned off: a record or the end of
-    the partition answers that it lies within, and Kafka answers OFFSET_OUT_OF_RANGE past the
-    end. Some brokers (Tansu) answer a fetch past the end with nothing at all, and under-report
-    ends: a partition left unanswered for ``answer_s`` has its end learnt by reading from its
-    reported end, which is never above the true one, to the end of the partition. A position
-    below a partition's first offset (records deleted by retention) counts as within.
-    """
-    found = {key: True for key, offset in positions.items() if offset <= 0}
-    asked = {key: offset for key, offset in positions.items() if key not in found}
-    if not asked:
-        return found
-    # No reset: a position past the end must be answered as such, not moved to the start.
-    config = consumer_config(bootstrap)
-    config["auto.offset.reset"] = "error"
-    consumer = Consumer(config)
-    try:
-        consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in asked.items()])
-        deadline = time.monotonic() + answer_s
-        while len(found) < len(positions) and time.monotonic() < deadline:
-            for message in consume_available(consumer, 1000, 0.05):
-                key = (message.topic(), message.partition())
-                if key in asked and key not in found:
-                    found[key] = _answered_within(consumer, message, asked[key], timeout)
-        unanswered = {key: asked[key] for key in asked if key not in found}
-        found |= _read_up_to(consumer, unanswered, timeout)
-    finally:
-        consumer.close()
-    return found
-
-
-def _answered_within(consumer: Any, message: Any, position: int, timeout: float) -> bool:
-    """Whether the answer ``message`` to a fetch at ``position`` says it lies within."""
-    error = message.error()
-    if error is None or error.code() == KafkaError._PARTITION_EOF:
-        return True
-    if error.code() not in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-        raise BrokerUnavailable(f"reading {message.topic()}/{message.partition()}: {error}")
-    low, _ = consumer.get_watermark_offsets(
-        TopicPartition(message.topic(), message.partition()), timeout=timeout
-    )
-    return bool(position < low)  # below the start (retention), not past the end
-
-
-def _read_up_to(
-    consumer: Any, positions: dict[Position, int], timeout: float
-) -> dict[Position, bool]:
-    """Whether each partition's end reaches its position, read from its reported end on."""
-    found: dict[Position, bool] = {}
-    starts = {}
-    for (topic, partition), position in positions.items():
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=timeout
-        )
-        if position <= high:
-            found[(topic, partition)] = True
-        else:
-            starts[(topic, partition)] = max(high, low, 0)
-    if not starts:
-        return found
-    consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in starts.items()])
-    deadline = time.monotonic() + timeout
-    while len(found) < len(positions):
-        if time.monotonic() > deadline:
-            missing = sorted(set(starts) - set(found))
-            raise BrokerUnavailable(f"could not read to the end of {missing} within {timeout}s")
-        for message in consume_available(consumer, 1000, 0.1):
-            key = (message.topic(), message.partition())
-            if key not in starts or key in found:
-                continue
-            error = message.error()
-            if error is None:
-                if message.offset() + 1 >= positions[key]:
-                    found[key] = True
-            elif error.code() == KafkaError._PARTITION_EOF:
-                found[key] = message.offset() >= positions[key]
-            else:
-                raise BrokerUnavailable(f"reading {key[0]}/{key[1]}: {error}")
-    return found

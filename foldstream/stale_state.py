@@ -29,9 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from foldstream.end_probes import positions_within
 from foldstream.errors import StaleState
 from foldstream.kafka import read_partitions_to_end, topic_ids
-from foldstream.offsets import positions_within
 from foldstream.settings import OnStaleState
 from foldstream.state import RocksDBWriter, discard_partition, partition_path
 from foldstream.state.format import TABLE_FORMAT

@@ -28,9 +28,9 @@ from foldstream.changelog import (
     open_copy,
     restore,
 )
+from foldstream.end_probes import positions_within
 from foldstream.errors import StaleState
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config, topic_ids
-from foldstream.offsets import positions_within
 from foldstream.settings import OnStaleState
 from foldstream.stale_state import check_local_copies
 from foldstream.state.validity import Observed, Recorded, judge

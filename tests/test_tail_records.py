@@ -116,6 +116,82 @@ def test_only_the_newest_records_are_kept_past_the_limit(broker: EmbeddedBroker)
         ends.close()
 
 
+def kept(ends: EndOffsets, partition: int, start: int, end: int) -> list[TailRecord]:
+    """The kept records of ``[start, end)``, once the tail holds them all."""
+    deadline = time.monotonic() + 20
+    while (found := ends.records(partition, start, end)) is None:
+        assert time.monotonic() < deadline, f"{start}..{end} of {partition} never kept"
+        time.sleep(0.02)
+    return found
+
+
+def test_a_partition_far_past_its_floor_is_paused_and_probed(broker: EmbeddedBroker) -> None:
+    """Records more than the kept number past the floor could not be served: the tail stops
+    reading them, still knows the end, and reads on from the floor once it came near."""
+    topic = new_topic(broker, 1)
+    ends = EndOffsets(broker.bootstrap, topic, [0], keep_records=4)
+    try:
+        assert ends.ends() == {0: 0}
+        ends.forget_below({0: 0})
+        produce(broker, topic, 0, 20, "backlog")
+        reached(ends, {0: 20})
+        # Paused: not even the newest records are kept (without the pause, 18 and 19 are).
+        assert ends.records(0, 18, 20) is None
+        produce(broker, topic, 0, 10, "while-paused")
+        assert ends.ends() == {0: 30}  # probed, not read
+        assert ends.records(0, 28, 30) is None
+        ends.forget_below({0: 27})  # folded up to 27: within 4 of the end
+        assert kept(ends, 0, 27, 30) == read(broker, topic, [KafkaRange(0, 27, 30)])
+        ends.forget_below({0: 29})
+        produce(broker, topic, 0, 2, "after")
+        reached(ends, {0: 32})
+        assert kept(ends, 0, 29, 32) == read(broker, topic, [KafkaRange(0, 29, 32)])
+        produce(broker, topic, 0, 3, "ahead again")  # 6 past the floor: paused again
+        reached(ends, {0: 35})
+        assert ends.records(0, 33, 35) is None
+    finally:
+        ends.close()
+
+
+def test_a_partition_paused_before_it_was_read_to_its_end_has_its_end(
+    broker: EmbeddedBroker,
+) -> None:
+    """A projection starting from 0 on a topic with history: its floor is 0 before the tail,
+    starting at the reported end (Tansu's lies in the last batch), read to the end."""
+    topic = new_topic(broker, 1)
+    producer = Producer(producer_config(broker.bootstrap, linger_ms=50))
+    for n in range(20):
+        producer.produce(topic, key=b"k", value=b"%d" % n, partition=0)
+    assert producer.flush(30) == 0
+    ends = EndOffsets(broker.bootstrap, topic, [0], keep_records=4)
+    try:
+        ends.forget_below({0: 0})
+        assert ends.ends(timeout=10) == {0: 20}
+        assert ends.wait_beyond({0: 0}, timeout=1) == {0: 20}
+    finally:
+        ends.close()
+
+
+def test_a_partition_no_longer_kept_reads_on_from_its_end(broker: EmbeddedBroker) -> None:
+    topic = new_topic(broker, 2)
+    ends = EndOffsets(broker.bootstrap, topic, [0, 1], keep_records=4)
+    try:
+        assert ends.ends() == {0: 0, 1: 0}
+        ends.forget_below({0: 0, 1: 0})
+        produce(broker, topic, 0, 12, "backlog")
+        reached(ends, {0: 12})
+        assert ends.records(0, 10, 12) is None  # paused
+        ends.keep_only({1})
+        produce(broker, topic, 0, 3, "later")
+        # Read again, not probed: the end moves without a probe (timeout 0 never probes).
+        deadline = time.monotonic() + 20
+        while ends.ends(timeout=0)[0] != 15:
+            assert time.monotonic() < deadline, ends.ends(timeout=0)
+            time.sleep(0.02)
+    finally:
+        ends.close()
+
+
 def test_a_small_micro_batch_is_planned_with_its_records(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.cluster.versions import VersionSwitch
-from foldstream.offsets import EndOffsets, holds_records
+from foldstream.end_probes import ProbedEnds, holds_records
 from foldstream.state.local import LocalStores
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class LagMeter:
         stores: Mapping[str, StoreLayout],
         local: LocalStores,
         replicas: StandbyReplicas,
-        ends: Mapping[str, EndOffsets],
+        ends: Mapping[str, ProbedEnds],
         versions: VersionSwitch | None = None,
     ) -> None:
         """``versions``: which versions of a store count for its partitions' lag (all
@@ -132,8 +132,8 @@ class LagMeter:
 
 def unmeasured(active: Iterable[str], lag: Mapping[str, int]) -> list[str]:
     """The ``active`` copies (``"<store>/<partition>"``) without a figure in ``lag``: their
-    source partition's end is not known yet (:class:`~foldstream.offsets.EndOffsets` learns it
-    by reading to the end once), so nothing can be said about them being caught up."""
+    source partition's end is not known yet (:class:`~foldstream.end_probes.ProbedEnds` has
+    not read to it yet), so nothing can be said about them being caught up."""
     return sorted(set(active) - lag.keys())
 
 

@@ -32,7 +32,7 @@ from foldstream.cluster.records import MemberState
 from foldstream.cluster.standbys import StandbyKeeper
 from foldstream.cluster.version_cleanup import RetiredTopics
 from foldstream.cluster.versions import VersionSwitch
-from foldstream.offsets import EndOffsets
+from foldstream.end_probes import ProbedEnds
 from foldstream.routing import Location as Answer
 from foldstream.settings import Settings
 from foldstream.state.local import LocalStores
@@ -67,7 +67,7 @@ class ClusterNode:
         replicas: StandbyReplicas,
         projections: Projections,
         commands: CommandPartitions | None,
-        ends: Mapping[str, EndOffsets],
+        ends: Mapping[str, ProbedEnds],
         generations: Generations | None = None,
     ) -> None:
         self.settings = settings

@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from foldstream.domain import Aggregate, EventCodec, EventRecord
+from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import (
     TopicSpec,
@@ -29,7 +30,6 @@ from foldstream.kafka import (
     topic_partitions,
 )
 from foldstream.kafka_client import admin_client, installed
-from foldstream.offsets import EndOffsets
 
 #: kafka-python's names of the librdkafka client properties it has.
 _KAFKA_PYTHON_NAMES = {
@@ -57,7 +57,7 @@ def kafka_python_config(bootstrap: str) -> dict[str, Any]:
 
 def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     """``{partition: end offset}`` of ``topic`` now, learnt by reading to the end of each."""
-    ends = EndOffsets(bootstrap, topic, list(range(partitions)))
+    ends = ProbedEnds(bootstrap, topic, list(range(partitions)))
     try:
         return ends.ends()
     finally:
