@@ -5,11 +5,12 @@ within them (:func:`positions_within`).
 :class:`~foldstream.offsets.EndOffsets` reads every record of a topic to keep its ends current:
 what a projection's source needs (it keeps those records for its micro-batches), a cost per
 record for a reader that wants the ends alone, such as the lag of this instance's copies. A
-probe here asks instead: the end the broker reports (one ListOffsets request for every
-partition), then a fetch from there, because some brokers under-report the end (Tansu answers
-the base offset of the last record batch + 1) while the high watermark a fetch is answered with
-is right on every broker. So a probe reads one fetch answer of a
-partition (at most ``fetch.message.max.bytes``), whatever the topic's traffic.
+probe here asks instead: the end the broker reports (ListOffsets, one request per leader for
+all partitions), then a read from there. Some brokers under-report the end (Tansu answers the
+base offset of the last record batch + 1), so the read goes on to the end a reader can reach
+(where the consumer reports the partition's end, which reading committed records only is the
+last stable offset), or to the high watermark the first fetch answer carried, whichever comes
+first: a probe reads about one fetch answer of a partition, and does not chase its writers.
 """
 
 from __future__ import annotations
@@ -26,9 +27,15 @@ from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, consume_available, consume
 
 log = logging.getLogger(__name__)
 
+#: How long one probe may take before the partitions that did not answer keep their last ends.
+PROBE_TIMEOUT_S = 10.0
+#: How long a probe waits for the reported ends (a stop waits for it at most that long).
+LIST_OFFSETS_TIMEOUT_S = 2.0
+
 
 class ProbedEnds:
-    """``{partition: end offset}`` of ``topic``, read when :meth:`ends` is called."""
+    """``{partition: end offset}`` of ``topic``, probed when :meth:`ends` asks, by a thread of
+    its own: a probe slower than a caller's wait still ends, for the next caller."""
 
     def __init__(
         self, bootstrap: str, topic: str, partitions: list[int], *, fetch_wait_max_ms: int = 10
@@ -37,10 +44,12 @@ class ProbedEnds:
         before it answers that nothing more is there, which a probe waits for."""
         self.topic = topic
         self.partitions = list(partitions)
-        # One probe at a time on the consumer; the last ends are replaced whole, so a reader
-        # that does not probe needs no lock.
-        self._probing = threading.Lock()
         self._ends: dict[int, int] = {}
+        self._started = 0  # probes started, and finished, whole or not
+        self._finished_count = 0
+        self._finished = threading.Condition()
+        self._asked = threading.Event()
+        self._stopping = threading.Event()
         self._consumer = Consumer(
             consumer_config(
                 bootstrap,
@@ -51,22 +60,25 @@ class ProbedEnds:
                 },
             )
         )
+        self._thread = threading.Thread(target=self._run, name=f"probe-{topic}", daemon=True)
+        self._thread.start()
 
     def ends(self, timeout: float = 30.0) -> dict[int, int]:
-        """The end offset of every partition, probed now; the ends of the last probe when this
-        one does not finish within ``timeout`` (or without probing, with a ``timeout`` of 0).
+        """The end offset of every partition, probed now if the probe answers within
+        ``timeout``; else (or without asking for a probe, with a ``timeout`` of 0) as the last
+        probes found them.
 
         Raises :class:`~foldstream.errors.BrokerUnavailable` while some partition's end was
-        never read.
+        never found.
         """
-        deadline = time.monotonic() + timeout
-        if timeout > 0 and self._probing.acquire(timeout=timeout):
-            try:
-                self._ends = {**self._ends, **self._probe(deadline)}
-            except BrokerUnavailable:
-                log.debug("probing the ends of %s", self.topic, exc_info=True)
-            finally:
-                self._probing.release()
+        if timeout > 0:
+            deadline = time.monotonic() + timeout
+            with self._finished:
+                # The first probe to start from now on: one running may have asked too early.
+                first = self._started
+                self._asked.set()
+                while self._finished_count <= first and (left := deadline - time.monotonic()) > 0:
+                    self._finished.wait(left)
         ends = self._ends
         missing = sorted(set(self.partitions) - ends.keys())
         if missing:
@@ -76,63 +88,82 @@ class ProbedEnds:
             )
         return dict(ends)
 
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            if not self._asked.wait(0.5) or self._stopping.is_set():
+                continue
+            with self._finished:
+                self._asked.clear()
+                self._started += 1
+            found: dict[int, int] = {}
+            try:
+                found = self._probe(time.monotonic() + PROBE_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - the next probe tries again; the last ends stand
+                log.debug("probing the ends of %s", self.topic, exc_info=True)
+            with self._finished:
+                # Replaced whole: a reader that does not wait needs no lock.
+                self._ends = {**self._ends, **found}
+                self._finished_count += 1
+                self._finished.notify_all()
+
     def _probe(self, deadline: float) -> dict[int, int]:
-        """Each partition's end now: read from its reported end to its end."""
+        """The ends of the partitions that answered by ``deadline``, read from their reported
+        ends (the module's docstring)."""
         try:
             reported = self._consumer.offsets_for_times(
                 [TopicPartition(self.topic, p, OFFSET_END) for p in self.partitions],
-                timeout=max(0.001, deadline - time.monotonic()),
+                timeout=max(0.001, min(LIST_OFFSETS_TIMEOUT_S, deadline - time.monotonic())),
             )
         except KafkaException as error:
             raise BrokerUnavailable(f"asking the ends of {self.topic}: {error}") from error
-        refused = [f"{tp.partition}: {tp.error}" for tp in reported if tp.error is not None]
-        if refused:
-            raise BrokerUnavailable(f"asking the ends of {self.topic}: {'; '.join(refused)}")
         # A reported end is never past the true one: reading from it reaches the true one.
+        answered = [tp for tp in reported if tp.error is None]
         self._consumer.assign(
-            [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in reported]
+            [TopicPartition(self.topic, tp.partition, max(tp.offset, 0)) for tp in answered]
         )
         try:
-            return self._read_to_ends(deadline)
+            return self._read_to_ends({tp.partition for tp in answered}, deadline)
         finally:
             self._consumer.unassign()
 
-    def _read_to_ends(self, deadline: float) -> dict[int, int]:
-        """Each partition's end as the first fetch answer read from its reported end gives it:
-        the high watermark that answer carries (right on every broker), or more, for records
-        past it. Reading on to the end of a partition would chase its writers."""
+    def _read_to_ends(self, partitions: set[int], deadline: float) -> dict[int, int]:
         found: dict[int, int] = {}
-        while len(found) < len(self.partitions):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                missing = sorted(set(self.partitions) - found.keys())
-                raise BrokerUnavailable(f"{self.topic} partitions {missing} did not answer")
-            for message in consume_available(self._consumer, 10_000, min(remaining, 0.05)):
+        targets: dict[int, int] = {}
+        while (
+            len(found) < len(partitions)
+            and (left := deadline - time.monotonic()) > 0
+            and not self._stopping.is_set()
+        ):
+            for message in consume_available(self._consumer, 10_000, min(left, 0.05)):
                 partition = message.partition()
-                if partition not in found:
-                    found[partition] = max(self._answered(message), self._high(partition))
+                if partition in found:
+                    continue
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise BrokerUnavailable(f"reading {self.topic}/{partition}: {error}")
+                if error is not None:  # the end a reader reaches
+                    found[partition] = int(message.offset())
+                    continue
+                # The first answer's high watermark, once: records up to it that a reader is
+                # given lie within the end. Past it, the read would chase the writers.
+                target = targets.setdefault(partition, self._high(partition))
+                if target < 0:  # no watermark known (never seen): read to the end
+                    continue
+                if message.offset() + 1 >= target:
+                    found[partition] = int(message.offset()) + 1
         return found
 
-    def _answered(self, message: Any) -> int:
-        """The offset after what ``message`` (a record or the end of its partition) shows."""
-        error = message.error()
-        if error is None:
-            return int(message.offset()) + 1
-        if error.code() == KafkaError._PARTITION_EOF:
-            return int(message.offset())
-        raise BrokerUnavailable(f"reading {self.topic}/{message.partition()}: {error}")
-
     def _high(self, partition: int) -> int:
-        """The high watermark of the last fetch answer of ``partition`` (the last stable
-        offset, reading committed records only); -1 before one."""
+        """The high watermark of the last fetch answer of ``partition``."""
         _, high = self._consumer.get_watermark_offsets(
             TopicPartition(self.topic, partition), cached=True
         )
         return int(high)
 
     def close(self) -> None:
-        with self._probing:
-            self._consumer.close()
+        self._stopping.set()
+        self._thread.join(timeout=LIST_OFFSETS_TIMEOUT_S + 1)
+        self._consumer.close()
 
 
 def holds_records(

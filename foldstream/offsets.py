@@ -3,8 +3,9 @@
 Some Kafka-protocol brokers under-report the log end offset (ListOffsets, watermarks), which would
 leave the tail of a partition unread forever. The end offsets here are instead learnt from data:
 the consumer starts at the reported end, reads whatever lies beyond it, and records the offset
-after the last record it saw or the end-of-partition position. This is correct on every broker,
-and the only place in foldstream that needs to know about the problem.
+after the last record it saw or the end-of-partition position. This is correct on every broker.
+(:mod:`foldstream.end_probes` learns ends without reading every record, for readers that need
+the ends alone.)
 
 Optionally the tail also keeps the records it reads (:meth:`EndOffsets.records`): a projection's
 source plans its micro-batches from these ends, so the records of a small micro-batch are already
@@ -14,16 +15,19 @@ in hand when it is planned, and its task need not fetch them again.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 import time
 from typing import Any, NamedTuple
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from foldstream.domain.records import kafka_timestamp
 from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, consume_available, consumer_config
+
+log = logging.getLogger(__name__)
 
 
 class TailRecord(NamedTuple):
@@ -225,7 +229,11 @@ class EndOffsets:
         ]
         if ahead:
             # Pausing drops what was fetched of them: nothing read before it arrives after.
-            self._consumer.pause([TopicPartition(self.topic, p) for p in ahead])
+            try:
+                self._consumer.pause([TopicPartition(self.topic, p) for p in ahead])
+            except KafkaException:  # read on: the next batch of records tries again
+                log.warning("could not pause %s %s", self.topic, ahead, exc_info=True)
+                return
             for p in ahead:
                 self._paused.add(p)
                 self._kept.forget(p)
@@ -237,8 +245,14 @@ class EndOffsets:
         for partition, offset in due.items():
             # The seek drops what was fetched before it, as pausing does; the range kept
             # starts again with the first record read from the floor.
-            self._consumer.seek(TopicPartition(self.topic, partition, offset))
-            self._consumer.resume([TopicPartition(self.topic, partition)])
+            try:
+                self._consumer.seek(TopicPartition(self.topic, partition, offset))
+                self._consumer.resume([TopicPartition(self.topic, partition)])
+            except KafkaException:  # still paused, its end probed: the next round tries again
+                log.warning("could not resume %s/%d", self.topic, partition, exc_info=True)
+                with self._changed:
+                    self._resume_at.setdefault(partition, offset)
+                continue
             with self._changed:
                 self._paused.discard(partition)
                 self._kept.forget(partition)
@@ -271,8 +285,8 @@ class EndOffsets:
         with self._changed:
             for partition, offset in offsets.items():
                 self._kept.forget_below(partition, offset)
-                if self._probe is None:
-                    continue
+                if self._probe is None or not self._kept.keeps(partition):
+                    continue  # a partition not kept has no floor: never paused
                 self._floors[partition] = offset
                 paused_end = self._ends.get(partition, offset)
                 if partition in self._paused and paused_end - offset <= self._kept.limit:

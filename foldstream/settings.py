@@ -64,7 +64,7 @@ class Settings:
     advertised_url: str | None = None
     # Small fetch waits keep read models fresh: some brokers do not answer a waiting fetch early.
     fetch_wait_max_ms: int = 10
-    # Consumers no request waits on (the cluster map, standby copies, lag figures) poll less
+    # Consumers no request waits on (the cluster map, standby copies) poll less
     # often: an idle consumer costs the instance and the broker a fetch per wait.
     background_fetch_wait_max_ms: int = 100
     # A few ms of linger avoids partitions made of single-message batches, which slow brokers down.

@@ -4,20 +4,37 @@ under-reports them, current at every probe, and the last ones when a probe canno
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from foldstream.broker import EmbeddedBroker, free_port
 from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import TopicSpec, ensure_topics, producer_config
+from foldstream.kafka import TopicSpec, consumer_config, ensure_topics, producer_config
 
 
 def _produce(producer: Producer, topic: str, partition: int, count: int) -> None:
     for n in range(count):
         producer.produce(topic, key=b"k", value=str(n).encode(), partition=partition)
     assert producer.flush(30) == 0
+
+
+def _reader_stops_at(bootstrap: str, topic: str) -> int:
+    """Where a consumer reading partition 0 from its start reports the partition's end."""
+    consumer = Consumer(consumer_config(bootstrap))
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is not None:
+                assert message.error().code() == KafkaError._PARTITION_EOF
+                return int(message.offset())
+        raise AssertionError(f"{topic} never reached its end")
+    finally:
+        consumer.close()
 
 
 def test_a_probe_reads_past_the_reported_end_of_a_batch(broker: EmbeddedBroker) -> None:
@@ -28,6 +45,7 @@ def test_a_probe_reads_past_the_reported_end_of_a_batch(broker: EmbeddedBroker) 
     ends = ProbedEnds(broker.bootstrap, "probed.batch", [0])
     try:
         assert ends.ends() == {0: 10}
+        assert ends.ends() == {0: 10}  # probed again, nothing new
         _produce(producer, "probed.batch", 0, 5)
         assert ends.ends() == {0: 15}  # every probe reads the end now
     finally:
@@ -70,5 +88,48 @@ def test_an_unreachable_cluster_is_an_error_within_the_timeout() -> None:
         with pytest.raises(BrokerUnavailable, match="check that the Kafka cluster is reachable"):
             ends.ends(timeout=1.0)
         assert time.monotonic() - started < 5
+    finally:
+        ends.close()
+
+
+def test_an_open_transaction_ends_where_a_reader_can_read(broker: EmbeddedBroker) -> None:
+    """Reading committed records only, a reader stops at the last stable offset, below an open
+    transaction (on Kafka; Tansu gives its records at once): the probed end is where a reader
+    reading the whole partition stops, not the high watermark past it."""
+    ensure_topics(broker.bootstrap, [TopicSpec("probed.open", 1)])
+    _produce(Producer(producer_config(broker.bootstrap, linger_ms=5)), "probed.open", 0, 4)
+    writer = Producer(
+        producer_config(broker.bootstrap, **{"transactional.id": f"probed-{uuid.uuid4().hex}"})
+    )
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    for n in range(3):
+        writer.produce("probed.open", key=b"open", value=b"%d" % n, partition=0)
+    assert writer.flush(30) == 0  # sent, not committed
+    ends = ProbedEnds(broker.bootstrap, "probed.open", [0])
+    try:
+        assert ends.ends() == {0: _reader_stops_at(broker.bootstrap, "probed.open")}
+    finally:
+        ends.close()
+        writer.abort_transaction(30)
+
+
+def test_a_probe_slower_than_its_caller_still_lands(broker: EmbeddedBroker) -> None:
+    """The lag meter waits 0.2 s for a probe: one that takes longer (a loaded machine, a far
+    cluster) gives its ends to the next caller instead of being thrown away."""
+    ensure_topics(broker.bootstrap, [TopicSpec("probed.slow", 1)])
+    _produce(Producer(producer_config(broker.bootstrap, linger_ms=5)), "probed.slow", 0, 3)
+    ends = ProbedEnds(broker.bootstrap, "probed.slow", [0])
+    try:
+        with pytest.raises(BrokerUnavailable):
+            ends.ends(timeout=0.001)  # the new consumer has not even connected yet
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert ends.ends(timeout=0) == {0: 3}
+                break
+            except BrokerUnavailable:
+                assert time.monotonic() < deadline, "the probe never landed"
+                time.sleep(0.02)
     finally:
         ends.close()

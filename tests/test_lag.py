@@ -35,7 +35,7 @@ def test_a_partition_no_store_reads_has_nothing_to_copy() -> None:
 
 
 class _KnownEnds:
-    """Source ends as :class:`~foldstream.offsets.EndOffsets` reports them, fixed."""
+    """Source ends as :class:`~foldstream.end_probes.ProbedEnds` reports them, fixed."""
 
     def __init__(self, ends: dict[int, int]) -> None:
         self._ends = ends
