@@ -162,6 +162,7 @@ class ProbedEnds:
 
     def close(self) -> None:
         self._stopping.set()
+        self._asked.set()  # wakes the thread to see it
         self._thread.join(timeout=LIST_OFFSETS_TIMEOUT_S + 1)
         self._consumer.close()
 
