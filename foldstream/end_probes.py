@@ -63,20 +63,27 @@ class ProbedEnds:
         self._thread = threading.Thread(target=self._run, name=f"probe-{topic}", daemon=True)
         self._thread.start()
 
-    def ends(self, timeout: float = 30.0) -> dict[int, int]:
-        """The end offset of every partition, probed now if the probe answers within
-        ``timeout``; else (or without asking for a probe, with a ``timeout`` of 0) as the last
-        probes found them.
+    def ask(self) -> int:
+        """Start a probe (unless one is waiting to start) and return what :meth:`ends` waits
+        for, as ``asked``: several topics' probes then run at once."""
+        with self._finished:
+            # The first probe to start from now on: one running may have started too early.
+            first = self._started
+            self._asked.set()
+            return first
+
+    def ends(self, timeout: float = 30.0, *, asked: int | None = None) -> dict[int, int]:
+        """The end offset of every partition, probed now (or since :meth:`ask` returned
+        ``asked``) if the probe answers within ``timeout``; else (or without asking for a
+        probe, with a ``timeout`` of 0) as the last probes found them.
 
         Raises :class:`~foldstream.errors.BrokerUnavailable` while some partition's end was
         never found.
         """
         if timeout > 0:
             deadline = time.monotonic() + timeout
+            first = self.ask() if asked is None else asked
             with self._finished:
-                # The first probe to start from now on: one running may have asked too early.
-                first = self._started
-                self._asked.set()
                 while self._finished_count <= first and (left := deadline - time.monotonic()) > 0:
                     self._finished.wait(left)
         ends = self._ends

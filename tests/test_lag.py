@@ -40,7 +40,10 @@ class _KnownEnds:
     def __init__(self, ends: dict[int, int]) -> None:
         self._ends = ends
 
-    def ends(self, timeout: float) -> dict[int, int]:
+    def ask(self) -> int:
+        return 0
+
+    def ends(self, timeout: float, *, asked: int | None = None) -> dict[int, int]:
         return dict(self._ends)
 
 

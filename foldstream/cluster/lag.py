@@ -8,6 +8,7 @@ yet applied. Lag is published in the cluster map as ``{"<store>/<partition>": re
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 
 from foldstream.changelog import StandbyReplicas, StoreLayout
@@ -16,6 +17,10 @@ from foldstream.end_probes import ProbedEnds, holds_records
 from foldstream.state.local import LocalStores
 
 log = logging.getLogger(__name__)
+
+#: How long a measurement waits for the source topics' probes; a probe answering later gives
+#: its ends to the next measurement.
+PROBE_WAIT_S = 0.2
 
 
 class LagMeter:
@@ -52,6 +57,9 @@ class LagMeter:
         # Each topic's ends asked once: the versions of a store compare their lags
         # (foldstream.cluster.versions), which only means something against the same end.
         topic_ends: dict[str, dict[int, int]] = {}
+        # Every topic's probe at once, all answered within one wait (their own threads).
+        asked = {topic: ends.ask() for topic, ends in self.ends.items()}
+        deadline = time.monotonic() + PROBE_WAIT_S
         for store, layout in self.stores.items():
             if self.versions is not None and self.versions.is_retired(store):
                 continue
@@ -62,7 +70,9 @@ class LagMeter:
                 continue
             if topic not in topic_ends:
                 try:
-                    topic_ends[topic] = self.ends[topic].ends(timeout=0.2)
+                    topic_ends[topic] = self.ends[topic].ends(
+                        timeout=max(0.0, deadline - time.monotonic()), asked=asked[topic]
+                    )
                 except Exception:  # noqa: BLE001 - ends not known yet: no lag to report
                     topic_ends[topic] = {}
             ends = topic_ends[topic]
