@@ -62,6 +62,7 @@ class ProbedEnds:
         )
         self._thread = threading.Thread(target=self._run, name=f"probe-{topic}", daemon=True)
         self._thread.start()
+        self.ask()  # the first ends, ready before they are first asked for
 
     def ask(self) -> int:
         """Start a probe (unless one is waiting to start) and return what :meth:`ends` waits

@@ -71,8 +71,6 @@ def test_without_a_probe_the_last_ends_are_given(broker: EmbeddedBroker) -> None
     _produce(producer, "probed.last", 0, 3)
     ends = ProbedEnds(broker.bootstrap, "probed.last", [0])
     try:
-        with pytest.raises(BrokerUnavailable, match="probed.last partitions \\[0\\]"):
-            ends.ends(timeout=0)  # never probed
         assert ends.ends() == {0: 3}
         _produce(producer, "probed.last", 0, 2)
         assert ends.ends(timeout=0) == {0: 3}
@@ -115,13 +113,13 @@ def test_an_open_transaction_ends_where_a_reader_can_read(broker: EmbeddedBroker
 
 
 def test_a_probe_slower_than_its_caller_still_lands(broker: EmbeddedBroker) -> None:
-    """The lag meter waits 0.2 s for a probe: one that takes longer (a loaded machine, a far
-    cluster) gives its ends to the next caller instead of being thrown away."""
+    """The lag meter waits 0.05 s for its probes: one that takes longer (a loaded machine, a
+    far cluster) gives its ends to the next caller instead of being thrown away."""
     ensure_topics(broker.bootstrap, [TopicSpec("probed.slow", 1)])
     _produce(Producer(producer_config(broker.bootstrap, linger_ms=5)), "probed.slow", 0, 3)
     ends = ProbedEnds(broker.bootstrap, "probed.slow", [0])
     try:
-        with pytest.raises(BrokerUnavailable):
+        with pytest.raises(BrokerUnavailable, match="probed.slow partitions \\[0\\]"):
             ends.ends(timeout=0.001)  # the new consumer has not even connected yet
         deadline = time.monotonic() + 20
         while True:
