@@ -154,7 +154,9 @@ class ProbedEnds:
                     continue
                 # The first answer's high watermark, once: records up to it that a reader is
                 # given lie within the end. Past it, the read would chase the writers.
-                target = targets.setdefault(partition, self._high(partition))
+                if partition not in targets:
+                    targets[partition] = self._high(partition)
+                target = targets[partition]
                 if target < 0:  # no watermark known (never seen): read to the end
                     continue
                 if message.offset() + 1 >= target:
