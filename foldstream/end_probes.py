@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, consume_available, consumer_config
+from foldstream.kafka import consume_available, consumer_config, end_reader_config
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +50,9 @@ class ProbedEnds:
         self._finished = threading.Condition()
         self._asked = threading.Event()
         self._stopping = threading.Event()
-        self._consumer = Consumer(
-            consumer_config(
-                bootstrap,
-                fetch_wait_max_ms=fetch_wait_max_ms,
-                **{
-                    "fetch.message.max.bytes": 65536,
-                    "queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES,
-                },
-            )
-        )
+        self._consumer = Consumer(end_reader_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
         self._thread = threading.Thread(target=self._run, name=f"probe-{topic}", daemon=True)
         self._thread.start()
-        self.ask()  # the first ends, ready before they are first asked for
 
     def ask(self) -> int:
         """Start a probe (unless one is waiting to start) and return what :meth:`ends` waits

@@ -193,3 +193,16 @@ def consumer_config(
             **extra,
         },
     )
+
+
+def end_reader_config(bootstrap: str, *, fetch_wait_max_ms: int = 10) -> dict[str, object]:
+    """A consumer reading at partitions' ends (a tail, a probe): fetches of at most 64 KB a
+    partition, and a bounded prefetch (:data:`BOUNDED_PREFETCH_KBYTES`)."""
+    return consumer_config(
+        bootstrap,
+        fetch_wait_max_ms=fetch_wait_max_ms,
+        **{
+            "fetch.message.max.bytes": 65536,
+            "queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES,
+        },
+    )

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 from foldstream.domain.records import kafka_timestamp
 from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import BOUNDED_PREFETCH_KBYTES, consume_available, consumer_config
+from foldstream.kafka import consume_available, end_reader_config
 
 log = logging.getLogger(__name__)
 
@@ -178,17 +178,9 @@ class EndOffsets:
         self._floors: dict[int, int] = {}
         self._paused: set[int] = set()
         self._resume_at: dict[int, int] = {}
-        self._probe = ProbedEnds(bootstrap, topic, self.partitions) if keep_records > 0 else None
-        self._consumer = Consumer(
-            consumer_config(
-                bootstrap,
-                fetch_wait_max_ms=fetch_wait_max_ms,
-                **{
-                    "fetch.message.max.bytes": 65536,
-                    "queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES,
-                },
-            )
-        )
+        self._bootstrap = bootstrap
+        self._probe: ProbedEnds | None = None  # made at the first pause: most tails never pause
+        self._consumer = Consumer(end_reader_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
         self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in self.partitions])
         self._thread = threading.Thread(target=self._run, name=f"end-offsets-{topic}", daemon=True)
         self._thread.start()
@@ -285,7 +277,7 @@ class EndOffsets:
         with self._changed:
             for partition, offset in offsets.items():
                 self._kept.forget_below(partition, offset)
-                if self._probe is None or not self._kept.keeps(partition):
+                if not self._kept.keeps(partition):
                     continue  # a partition not kept has no floor: never paused
                 self._floors[partition] = offset
                 paused_end = self._ends.get(partition, offset)
@@ -315,10 +307,14 @@ class EndOffsets:
     def _probe_paused(self, timeout: float) -> None:
         with self._changed:
             paused = set(self._paused)
-        if not paused or self._probe is None:
+        if not paused:
             return
+        with self._changed:
+            if self._probe is None:
+                self._probe = ProbedEnds(self._bootstrap, self.topic, self.partitions)
+            probe = self._probe
         try:
-            probed = self._probe.ends(timeout)
+            probed = probe.ends(timeout)
         except BrokerUnavailable:  # their last ends stand, as a stalled tail's would
             return
         with self._changed:

@@ -45,6 +45,8 @@ class LagMeter:
         self._local = local
         self.replicas = replicas
         self.ends = dict(ends)
+        for topic_ends in self.ends.values():
+            topic_ends.ask()  # the first ends, ready before the first measurement
         # The last measurement and its lag per (topic, partition), computed on first use (every
         # lookup asks): one tuple, replaced whole, so a figure never pairs with another one.
         self._measured: tuple[dict[str, int], dict[tuple[str, int], int | None]] = ({}, {})
