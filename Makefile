@@ -10,8 +10,12 @@ venv:
 demo: venv
 	$(VENV)/bin/foldstream demo
 
+# Test modules mostly wait (for brokers, instances, timeouts): two workers, each module kept on
+# one, as its instances are shared by its tests.
+TEST_WORKERS ?= 2
+
 test: venv
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)
