@@ -10,12 +10,14 @@ venv:
 demo: venv
 	$(VENV)/bin/foldstream demo
 
-# Test modules mostly wait (for brokers, instances, timeouts): two workers, each module kept on
-# one, as its instances are shared by its tests.
+# Test modules mostly wait (for brokers, instances, timeouts): two workers, each with its own
+# broker. A module runs whole on one worker (its tests share its instances), and each worker
+# takes the modules in their usual order: modules that write the same topics on a worker's
+# broker run in the order they do in a plain `pytest`.
 TEST_WORKERS ?= 2
 
 test: venv
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)

@@ -190,6 +190,9 @@ class CommandHandler:
                 self._replaying.update(new)
             writers: dict[int, PartitionWriter] = {}
             try:
+                # Opening a writer fences the partition's previous one: not for a partition the
+                # cluster took back while this call waited for _membership.
+                _check_wanted(new, still_wanted)
                 writers.update((p, self._new_writer(p)) for p in new)
                 if writers:
                     with ThreadPoolExecutor(max_workers=min(8, len(writers))) as pool:

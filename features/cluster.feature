@@ -69,6 +69,7 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     And the writer appends 100 more rounds and stops
     Then every copy of store "stock" holds the fold of its partition's events
     And the paused instance gave its partitions of store "stock" up on resuming
+    And a "receive_shipment" with {"quantity": 2} to a new product on every partition shows {"on_hand": 2} in store "stock" on every instance
 
   Scenario: Killing an owner under query load: its keys are answered again, never wrongly
     Given products "fail-1" to "fail-40" accepted "receive_shipment" with {"quantity": <n>} through the instances in turn

@@ -66,3 +66,24 @@ def test_a_leader_stopped_inside_its_transaction_drops_out_and_later_records_are
     # Read uncommitted: the open transaction's assignment is read too, and a newer leader's
     # next generation supersedes it.
     assert watcher.assignment().generation == 1
+
+
+def test_the_view_is_current_only_while_a_beat_sent_within_the_liveness_was_read_back(
+    watcher: ClusterMap,
+) -> None:
+    """After this process stood still for ``liveness_s`` (no beat read back since), an
+    assignment that gave its partitions away may be unread: its handover claims nothing then."""
+    assert not watcher.view_is_current()  # nothing read back yet
+    _beat_until_current(watcher)
+    wait_until(lambda: not watcher.view_is_current(), lambda: "the view stayed current", 10)
+    _beat_until_current(watcher)
+
+
+def _beat_until_current(watcher: ClusterMap) -> None:
+    """Beat as the heartbeat does (the first beats take a while: the producer connects)."""
+
+    def beat_read_back() -> bool:
+        watcher.publish(_state("m-b"))
+        return watcher.view_is_current()
+
+    wait_until(beat_read_back, lambda: "no beat was read back within the liveness", 10)

@@ -171,6 +171,10 @@ class Handover:
             applied = self.ownership.apply(assignment)
         if lost or applied:
             self._publish()  # only now: what it gave up is no longer written here
+        if not self._map.view_is_current():
+            # After a pause the assignment read may be one the others replaced meanwhile:
+            # claiming from it would fence the new owner's writer (a 503 for its next command).
+            return
         with self.lock:
             claimable = self.ownership.claimable(assignment, self._map.members(), time.monotonic())
             if claimable:

@@ -167,6 +167,13 @@ class ClusterMap:
         topic before then has been read."""
         return self._view_at
 
+    def view_is_current(self) -> bool:
+        """Whether a beat sent less than ``liveness_s`` ago has been read back. The others give
+        this member up only after ``liveness_s`` without its records, so no assignment that did
+        is waiting unread behind that beat. False after this process stood still that long
+        (a pause, a starved machine) until a beat sent since is read back."""
+        return time.monotonic() - self._view_at < self.liveness_s
+
     def members(self) -> dict[str, MemberState]:
         """Live members by id (this one always included once it has published)."""
         with self._lock:
