@@ -53,7 +53,7 @@ class ReplayCancelled(FoldstreamError):
 def _check_wanted(partitions: Iterable[int], still_wanted: Callable[[int], bool] | None) -> None:
     dropped = [p for p in partitions if still_wanted is not None and not still_wanted(p)]
     if dropped:
-        raise ReplayCancelled(f"partitions {dropped} were given up during their replay")
+        raise ReplayCancelled(f"partitions {dropped} were given up before their replay ended")
 
 
 ReleaseCallback = Callable[[int, FoldstreamError], None]
@@ -175,8 +175,8 @@ class CommandHandler:
         partition is replayed to its end (past the snapshots of the aggregate store, from offset
         0 without one) and starts accepting commands. Nothing is
         taken over when any step fails (the error is raised), or when ``still_wanted`` says a
-        partition is no longer wanted (checked during the replay and before taking it:
-        :class:`ReplayCancelled`).
+        partition is no longer wanted (checked before opening its writer, during the replay and
+        before taking it: :class:`ReplayCancelled`).
         """
         wanted = sorted(set(partitions))
         outside = [p for p in wanted if not 0 <= p < self.partitions]
@@ -190,10 +190,10 @@ class CommandHandler:
                 self._replaying.update(new)
             writers: dict[int, PartitionWriter] = {}
             try:
-                # Opening a writer fences the partition's previous one: not for a partition the
-                # cluster took back while this call waited for _membership.
-                _check_wanted(new, still_wanted)
                 writers.update((p, self._new_writer(p)) for p in new)
+                # Opening a writer fences the partition's previous one: not for a partition the
+                # cluster took back while this call waited.
+                _check_wanted(new, still_wanted)
                 if writers:
                     with ThreadPoolExecutor(max_workers=min(8, len(writers))) as pool:
                         list(pool.map(PartitionWriter.open, writers.values()))

@@ -5,7 +5,9 @@ with the whole set every time). A partition given up is closed at once, before `
 its transaction in flight finishes, then nothing more is appended, so another instance may take
 it. A partition gained is replayed in the background, one at a time, and retried with a backoff
 until it works or is no longer wanted (a replay stops early when its partition is given up
-meanwhile); so is a partition the handler gave up by itself after a failed transaction. No
+meanwhile); so is a partition the handler gave up by itself after a failed transaction, after
+``fenced_wait_s`` when another writer fenced it (this instance may have stood still and lost
+the partition: by then the cluster says so, and taking it at once would fence the new owner). No
 partition owned here is left without a writer by a failure, and none waits behind another's
 replay to be given up.
 """
@@ -19,7 +21,7 @@ from collections.abc import Iterable
 
 from foldstream.backoff import Backoff
 from foldstream.commands.handler import CommandHandler
-from foldstream.errors import FoldstreamError
+from foldstream.errors import FoldstreamError, PartitionFenced
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5
@@ -28,8 +30,9 @@ IDLE_WAIT_S = 0.5
 class CommandPartitions:
     """Owns ``handler``'s partitions for the cluster (see the module)."""
 
-    def __init__(self, handler: CommandHandler) -> None:
+    def __init__(self, handler: CommandHandler, *, fenced_wait_s: float = 3.0) -> None:
         self.handler = handler
+        self.fenced_wait_s = fenced_wait_s
         handler.on_released = self._released
         self._wanted: frozenset[int] = frozenset()
         self._retry: dict[int, Backoff] = {}
@@ -69,7 +72,16 @@ class CommandPartitions:
 
     def _released(self, partition: int, error: FoldstreamError) -> None:
         # On the event loop: the handler gave the partition up after a failed transaction.
-        log.warning("partition %d gave up its writer (%s); replaying it again", partition, error)
+        wait = self.fenced_wait_s if isinstance(error, PartitionFenced) else 0.0
+        log.warning(
+            "partition %d gave up its writer (%s); replaying it again in %.1fs",
+            partition,
+            error,
+            wait,
+        )
+        if wait:
+            with self._lock:
+                self._retry[partition] = Backoff(retry_at=time.monotonic() + wait)
         self._wake.set()
 
     def _run(self) -> None:

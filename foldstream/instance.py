@@ -264,7 +264,7 @@ class Instance:
         )
         handler.start()
         stack.callback(handler.close)
-        commands = CommandPartitions(handler)
+        commands = CommandPartitions(handler, fenced_wait_s=settings.session_timeout_ms / 1000)
         commands.start()
         stack.callback(commands.close)
         return handler, commands

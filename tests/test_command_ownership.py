@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -24,6 +25,7 @@ from starlette.applications import Starlette
 from foldstream.broker import EmbeddedBroker
 from foldstream.commands import CommandHandler, CommandResult, VersionConflict
 from foldstream.commands.http import command_routes
+from foldstream.commands.ownership import CommandPartitions
 from foldstream.domain.records import HEADER_VERSION
 from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
 from foldstream.examples.inventory import service
@@ -31,6 +33,7 @@ from foldstream.kafka import TopicSpec, ensure_topics
 from foldstream.routing import LocalOnly
 from foldstream.testing.asgi import uvicorn_thread
 from foldstream.testing.kafka import read_topic
+from foldstream.testing.scenario import wait_until
 
 PARTITIONS = 4
 
@@ -179,6 +182,37 @@ def test_a_writer_fenced_mid_transaction_gives_its_partition_up(broker: Embedded
             )
             await asyncio.to_thread(check.assign, [3])
             assert check.version(key) == b.version(key) == result.events[-1]["version"]
+
+    run(scenario)
+
+
+def test_a_partition_fenced_by_another_writer_is_taken_again_only_after_the_fenced_wait(
+    broker: EmbeddedBroker,
+) -> None:
+    """Fenced, the old writer's instance may have stood still and lost the partition: taking it
+    at once would fence the new owner in turn, so the cluster gets the wait to say so."""
+    topic = new_topic(broker)
+
+    async def scenario() -> None:
+        with handlers(broker, topic, 2) as (a, b):
+            partitions = CommandPartitions(a, fenced_wait_s=2.0)
+            partitions.start()
+            try:
+                partitions.own([3])
+                await asyncio.to_thread(wait_until, lambda: a.owned() == {3}, lambda: "not taken")
+                key = key_in(a, 3, "fenced")
+                await a.handle("product", key, "receive_shipment", {"quantity": 5})
+                await asyncio.to_thread(b.assign, [3])
+                with pytest.raises(PartitionFenced):
+                    await a.handle("product", key, "sell", {"quantity": 1})
+                fenced_at = time.monotonic()
+                await b.handle("product", key, "sell", {"quantity": 1})  # b's writer still works
+                await asyncio.to_thread(
+                    wait_until, lambda: a.owned() == {3}, lambda: "never taken again"
+                )
+                assert time.monotonic() - fenced_at >= 2.0
+            finally:
+                partitions.close()
 
     run(scenario)
 

@@ -26,6 +26,7 @@ from foldstream.changelog import StoreLayout
 from foldstream.cluster.map import ClusterMap
 from foldstream.cluster.ownership import Ownership, TopicPartition, TopicPartitions, by_topic
 from foldstream.cluster.versions import VersionSwitch
+from foldstream.errors import FoldstreamError
 from foldstream.state.local import LocalStores
 
 log = logging.getLogger(__name__)
@@ -196,9 +197,11 @@ class Handover:
         with self._sync_lock:
             with self.lock:
                 serving = set(self.ownership.serving)
-            self.projections.run(by_topic(serving))
+            # Commands first: a partition given up takes no command from here on, while the
+            # projections may wait for a running micro-batch to end.
             if self.commands is not None:
                 self.commands.own(p for t, p in serving if t == self.events_topic)
+            self.projections.run(by_topic(serving))
             with self.lock:  # read now, not before the runs above: a claim since is kept
                 claimed = set(self.ownership.held())
             wanted = set(self.store_keys(claimed))
@@ -298,6 +301,12 @@ class Handover:
             with self._sync_lock:
                 held = self.local.hold(store, partition, identity=identity, epoch=epoch)
             epoch = max(epoch, held)
+        if not self._map.view_is_current():
+            raise FoldstreamError(
+                "this process stood still past the session timeout during the takeover: the "
+                "partitions may have been given to another member meanwhile; claimed again "
+                "once the cluster view is current"
+            )
         with self.lock:
             served = self.ownership.took_over(gained, epoch)
             for key in gained:

@@ -168,10 +168,12 @@ class ClusterMap:
         return self._view_at
 
     def view_is_current(self) -> bool:
-        """Whether a beat sent less than ``liveness_s`` ago has been read back. The others give
-        this member up only after ``liveness_s`` without its records, so no assignment that did
-        is waiting unread behind that beat. False after this process stood still that long
-        (a pause, a starved machine) until a beat sent since is read back."""
+        """Whether a beat sent less than ``liveness_s`` ago has been read back: the view is as
+        young as the others' patience. False after this process stood still that long (a
+        pause, a starved machine) until a beat sent since is read back: the assignment read
+        before may be one the others replaced after giving this member up, and claiming from
+        it would fence the new owners. (A current view may still miss a newer assignment; the
+        claim protocol waits for its owners then, it does not fence them.)"""
         return time.monotonic() - self._view_at < self.liveness_s
 
     def members(self) -> dict[str, MemberState]:

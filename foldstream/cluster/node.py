@@ -270,6 +270,8 @@ class ClusterNode:
                 paused_s,
                 sorted(held),
             )
+            with self.handover.lock:  # at once: a takeover ending now serves none of them
+                self.handover.ownership.release(held)
             threading.Thread(target=self.handover.give_up, args=(held,), daemon=True).start()
 
     def _upkeep_loop(self) -> None:
