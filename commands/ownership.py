@@ -7,7 +7,9 @@ it. A partition gained is replayed in the background, one at a time, and retried
 until it works or is no longer wanted (a replay stops early when its partition is given up
 meanwhile); so is a partition the handler gave up by itself after a failed transaction, after
 ``fenced_wait_s`` when another writer fenced it (this instance may have stood still and lost
-the partition: by then the cluster says so, and taking it at once would fence the new owner). No
+the partition: by then the cluster says so, and taking it at once would fence the new owner).
+Nothing is taken while ``may_take()`` is false (the instance's cluster view is not current: it
+may have stood still and lost its partitions without knowing yet). No
 partition owned here is left without a writer by a failure, and none waits behind another's
 replay to be given up.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from foldstream.backoff import Backoff
 from foldstream.commands.handler import CommandHandler
@@ -30,9 +32,16 @@ IDLE_WAIT_S = 0.5
 class CommandPartitions:
     """Owns ``handler``'s partitions for the cluster (see the module)."""
 
-    def __init__(self, handler: CommandHandler, *, fenced_wait_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        handler: CommandHandler,
+        *,
+        fenced_wait_s: float = 3.0,
+        may_take: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.handler = handler
         self.fenced_wait_s = fenced_wait_s
+        self.may_take = may_take
         handler.on_released = self._released
         self._wanted: frozenset[int] = frozenset()
         self._retry: dict[int, Backoff] = {}
@@ -81,7 +90,8 @@ class CommandPartitions:
         )
         if wait:
             with self._lock:
-                self._retry[partition] = Backoff(retry_at=time.monotonic() + wait)
+                if partition in self._wanted:
+                    self._retry[partition] = Backoff(retry_at=time.monotonic() + wait)
         self._wake.set()
 
     def _run(self) -> None:
@@ -94,6 +104,8 @@ class CommandPartitions:
                 self._take(partition)
 
     def _due(self) -> list[int]:
+        if not self.may_take():
+            return []  # checked again at the next wake (IDLE_WAIT_S at most)
         now = time.monotonic()
         with self._lock:
             missing = self._wanted - self.handler.owned()

@@ -264,7 +264,12 @@ class Instance:
         )
         handler.start()
         stack.callback(handler.close)
-        commands = CommandPartitions(handler, fenced_wait_s=settings.session_timeout_ms / 1000)
+        commands = CommandPartitions(
+            handler,
+            fenced_wait_s=settings.session_timeout_ms / 1000,
+            # The node starts after the command side: until then nothing is owned anyway.
+            may_take=lambda: self.node is None or self.node.map.view_is_current(),
+        )
         commands.start()
         stack.callback(commands.close)
         return handler, commands

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from foldstream.broker import EmbeddedBroker
 from foldstream.commands import CommandHandler, CommandResult, VersionConflict
 from foldstream.commands.http import command_routes
-from foldstream.commands.ownership import CommandPartitions
+from foldstream.commands.ownership import IDLE_WAIT_S, CommandPartitions
 from foldstream.domain.records import HEADER_VERSION
 from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
 from foldstream.examples.inventory import service
@@ -215,6 +215,29 @@ def test_a_partition_fenced_by_another_writer_is_taken_again_only_after_the_fenc
                 partitions.close()
 
     run(scenario)
+
+
+def test_no_partition_is_taken_while_the_cluster_view_is_not_current(
+    broker: EmbeddedBroker,
+) -> None:
+    """An instance that stood still may have lost its partitions without knowing yet: opening
+    a writer then would fence the new owner's."""
+    topic = new_topic(broker)
+    current = False
+
+    with handlers(broker, topic, 1) as (a,):
+        partitions = CommandPartitions(a, may_take=lambda: current)
+        partitions.start()
+        try:
+            partitions.own([3])
+            held_back_until = time.monotonic() + 2 * IDLE_WAIT_S
+            while time.monotonic() < held_back_until:  # the absence of a take, over two wakes
+                assert a.owned() == frozenset()
+                time.sleep(0.05)
+            current = True
+            wait_until(lambda: a.owned() == {3}, lambda: "not taken once the view is current")
+        finally:
+            partitions.close()
 
 
 def test_concurrent_commands_expecting_one_version_append_once(broker: EmbeddedBroker) -> None:

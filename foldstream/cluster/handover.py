@@ -204,7 +204,10 @@ class Handover:
             self.projections.run(by_topic(serving))
             with self.lock:  # read now, not before the runs above: a claim since is kept
                 claimed = set(self.ownership.held())
-            wanted = set(self.store_keys(claimed))
+            # A partition released since ``serving`` was read keeps its copies until the next
+            # sync (every release is followed by one): its command writer and projection, left
+            # to that sync too, still write into them meanwhile.
+            wanted = set(self.store_keys(claimed | serving))
             unwanted = [key for key in self.local.held() if key not in wanted]
             if unwanted:
                 self.local.release(unwanted)
@@ -301,13 +304,13 @@ class Handover:
             with self._sync_lock:
                 held = self.local.hold(store, partition, identity=identity, epoch=epoch)
             epoch = max(epoch, held)
-        if not self._map.view_is_current():
-            raise FoldstreamError(
-                "this process stood still past the session timeout during the takeover: the "
-                "partitions may have been given to another member meanwhile; claimed again "
-                "once the cluster view is current"
-            )
         with self.lock:
+            if not self._map.view_is_current():
+                raise FoldstreamError(
+                    "this process stood still past the session timeout during the takeover: "
+                    "the partitions may have been given to another member meanwhile; claimed "
+                    "again once the cluster view is current"
+                )
             served = self.ownership.took_over(gained, epoch)
             for key in gained:
                 self._failures.pop(key, None)

@@ -213,9 +213,11 @@ class ClusterNode:
 
     def figures(self) -> ClusterFigures:
         """What ``GET /metrics`` says of this member."""
+        # Outside the handover's lock: the standby copies' lock can be held for seconds (a
+        # copy opened, a batch applied), and the heartbeat takes the handover's lock.
+        roles = dict.fromkeys(self.standbys.partitions(), "standby")
         with self.handover.lock:
             ownership = self.handover.ownership
-            roles = dict.fromkeys(self.standbys.partitions(), "standby")
             roles.update(dict.fromkeys(ownership.restoring, "restoring"))
             roles.update(dict.fromkeys(ownership.serving, "active"))
         invalid = self.map.invalid_records + self.rebuilds.invalid
