@@ -12,8 +12,8 @@ demo: venv
 
 # Test modules mostly wait (for brokers, instances, timeouts): two workers, each with its own
 # broker. A module runs whole on one worker (its tests share its instances), and each worker
-# takes the modules in their usual order: modules that write the same topics on a worker's
-# broker run in the order they do in a plain `pytest`.
+# takes the modules in their usual order (modules that share a worker's broker run in the order
+# a plain `pytest` runs them).
 TEST_WORKERS ?= 2
 
 test: venv

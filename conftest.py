@@ -10,6 +10,7 @@ pytest_plugins = [
     "features.steps.recovery_steps",
     "features.steps.pause_steps",
     "features.steps.rebuild_steps",
+    "features.steps.bookings_topics",
 ]
 
 

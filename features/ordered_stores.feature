@@ -5,7 +5,7 @@ Feature: Ordered stores: a customer's bookings between two times
   booked_at; a range read answers a customer's bookings between two times (from inclusive, to
   exclusive), a page at a time. Bookings at the same time are all kept, in the order written.
   Its store "trips_per_day" counts each customer's bookings per day of the records' timestamps
-  (dated 2031 here: after the records other features write, so that none of them is late).
+  (each bookings feature starts on empty topics: no other feature's records make these late).
 
   Background:
     Given the topic "railway.bookings" has 9 partitions

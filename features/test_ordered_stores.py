@@ -7,6 +7,7 @@ import json
 import random
 from datetime import UTC, datetime
 
+import pytest
 from pytest_bdd import parsers, scenarios, then, when
 
 from foldstream.broker import EmbeddedBroker
@@ -18,6 +19,10 @@ from foldstream.testing.steps import ScenarioState, produce_records
 from foldstream.times import iso_ms, to_epoch_ms
 
 scenarios("ordered_stores.feature")
+
+
+# Each bookings module starts on empty bookings topics (features/steps/bookings_topics.py).
+pytestmark = pytest.mark.usefixtures("empty_bookings_topics")
 
 
 @when(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -177,6 +177,24 @@ def read_topic(
         for batch in read_to_end(bootstrap, topic, partitions)
         for m in batch
     ]
+
+
+def delete_topics_where(
+    bootstrap: str, wanted: Callable[[str], bool], timeout: float = 30.0
+) -> list[str]:
+    """Delete every topic whose name ``wanted`` accepts, and wait until they are gone; their
+    names."""
+    admin = admin_client(bootstrap)
+    names = sorted(t for t in admin.list_topics(timeout=timeout).topics if wanted(t))
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=timeout).values():
+            future.result()
+    deadline = time.monotonic() + timeout
+    while any(topic_partitions(admin, name) is not None for name in names):
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"topics {names} not deleted in {timeout}s")
+        time.sleep(0.05)
+    return names
 
 
 def create_again(bootstrap: str, specs: list[TopicSpec], timeout: float = 30.0) -> None:
