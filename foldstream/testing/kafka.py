@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from foldstream.domain import Aggregate, EventCodec, EventRecord
 from foldstream.end_probes import ProbedEnds
@@ -187,25 +188,23 @@ def delete_topics_where(
     admin = admin_client(bootstrap)
     names = sorted(t for t in admin.list_topics(timeout=timeout).topics if wanted(t))
     if names:
-        for future in admin.delete_topics(names, operation_timeout=timeout).values():
-            future.result()
-    deadline = time.monotonic() + timeout
-    while any(topic_partitions(admin, name) is not None for name in names):
-        if time.monotonic() > deadline:
-            raise BrokerUnavailable(f"topics {names} not deleted in {timeout}s")
-        time.sleep(0.05)
+        _delete_and_wait(admin, names, timeout)
     return names
 
 
 def create_again(bootstrap: str, specs: list[TopicSpec], timeout: float = 30.0) -> None:
     """Delete the topics of ``specs`` and create them again, empty (each gets a new topic id),
     as an operator would."""
-    admin = admin_client(bootstrap)
-    for future in admin.delete_topics([s.name for s in specs], operation_timeout=timeout).values():
+    _delete_and_wait(admin_client(bootstrap), [s.name for s in specs], timeout)
+    ensure_topics(bootstrap, specs)
+
+
+def _delete_and_wait(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Delete the topics ``names`` (each must exist) and wait until the broker lists none."""
+    for future in admin.delete_topics(names, operation_timeout=timeout).values():
         future.result()
     deadline = time.monotonic() + timeout
-    while any(topic_partitions(admin, s.name) is not None for s in specs):
+    while any(topic_partitions(admin, name) is not None for name in names):
         if time.monotonic() > deadline:
-            raise BrokerUnavailable(f"topics {[s.name for s in specs]} not deleted in {timeout}s")
+            raise BrokerUnavailable(f"topics {names} not deleted in {timeout}s")
         time.sleep(0.05)
-    ensure_topics(bootstrap, specs)
