@@ -253,16 +253,17 @@ class LookupAnswers:
         target = store_path(raw_path, b"keys")
         if target is None or target[1]:
             return None
-        limits = self.limits
+        limits, raw_store = self.limits, target[0]
         try:
             limits.check_url(raw_path, query_string)
-            store = limits.name(target[0], "store name")
+            store = self._names.get(raw_store) or limits.name(raw_store, "store name")
             if len(body) > limits.max_body_bytes:
                 raise InvalidRequest(limits.too_large(len(body)), status=413)
             stores, locator = self._started()
             version = version or stores.serving(store)
             if (info := stores.info(version)).kind != "point":
                 return error_answer(400, _not_a(store, "point", info))
+            self._names[raw_store] = store  # a store's: the cache stays as small as the layout
             if stores.retired(version):
                 return error_answer(
                     503,

@@ -64,9 +64,10 @@ class LookupProtocol(HttpToolsProtocol):
 
     lookups: ClassVar[FastLookups]
     #: The body of a batch lookup being read here (None: no such request in progress), and
-    #: its raw path.
+    #: its raw path and query string.
     _batch: list[bytes] | None = None
     _batch_path = b""
+    _batch_query = b""
     #: A graceful shutdown came while a batch was read: answer it, then close (as uvicorn
     #: does for a request in progress).
     _close_after_batch = False
@@ -131,9 +132,7 @@ class LookupProtocol(HttpToolsProtocol):
             return
         body, self._batch = b"".join(self._batch), None
         try:
-            answer = self.lookups.answer_batch(
-                self._batch_path, httptools.parse_url(self.url).query or b"", body
-            )
+            answer = self.lookups.answer_batch(self._batch_path, self._batch_query, body)
         except Exception:
             log.debug("batch fast path failed; left to the app", exc_info=True)
             answer = None
@@ -198,8 +197,12 @@ class LookupProtocol(HttpToolsProtocol):
         limit = min(MAX_BATCH_BODY, self.lookups.answers.limits.max_body_bytes)
         if length is None or not length.isdigit() or len(length) > 9 or int(length) > limit:
             return None
-        raw_path: bytes = httptools.parse_url(self.url).path
-        return raw_path if raw_path.endswith(b"/keys") else None
+        url = httptools.parse_url(self.url)
+        raw_path: bytes = url.path
+        if not raw_path.endswith(b"/keys"):
+            return None
+        self._batch_query = url.query or b""
+        return raw_path
 
     def _lookup_answer(self) -> Answer | None:
         url = httptools.parse_url(self.url)

@@ -155,3 +155,24 @@ def test_keys_needing_escapes_come_back_as_sent(tmp_path: Path) -> None:
 def test_direct_routes_name_existing_routes_only() -> None:
     with pytest.raises(ValueError, match="/nope"):
         DirectRoutes(Starlette(routes=[]), {"/nope"})
+
+
+def test_batch_keys_longer_than_the_limit_are_refused_however_spelled() -> None:
+    """A plain body no longer than the key limit skips the per-key length check (no key can be
+    longer than it): every other body still has each key measured in UTF-8 bytes."""
+    from foldstream.query_api.batch import BadBatch, _is_plain, _keys
+
+    limits = InputLimits(max_key_bytes=4)
+    too_long = [
+        b'["abcde"]',  # plain, longer than the limit
+        b'["ab","cdefg"]',
+        json.dumps(["abc\u00e9"]).encode(),  # escaped: 5 bytes in UTF-8
+        json.dumps(["abc\u00e9"], ensure_ascii=False).encode(),
+        json.dumps(["\u4141\u0100"], ensure_ascii=False).encode("utf-16-le"),
+    ]
+    for body in too_long:
+        with pytest.raises(BadBatch, match="at most 4"):
+            _keys(body, limits, _is_plain(body))
+    assert _is_plain(b'["ab"]') and not _is_plain(b'["a\\"b"]')
+    assert _keys(b'["ab"]', limits, True) == [b"ab"]  # body within the limit: no key over it
+    assert _keys(b'["abcd","abcd"]', limits, True) == [b"abcd"]

@@ -93,7 +93,7 @@ def test_reserved_keys_are_refused_by_lookups_batches_and_commands() -> None:
     name one (a lookup, a batch, an aggregate id)."""
     from foldstream.errors import InvalidRequest
     from foldstream.http_input import InputLimits
-    from foldstream.query_api.batch import BadBatch, _keys
+    from foldstream.query_api.batch import BadBatch, _is_plain, _keys
 
     limits = InputLimits()
     for raw in (b"%00cursor%00top5", b"%00"):
@@ -102,7 +102,7 @@ def test_reserved_keys_are_refused_by_lookups_batches_and_commands() -> None:
     with pytest.raises(InvalidRequest, match="aggregate id starting with a NUL"):
         limits.key(b"%00mark", "aggregate id")
     with pytest.raises(BadBatch, match="NUL byte is reserved"):
-        _keys(b'["ok", "\\u0000mark"]', limits)
+        _keys(b'["ok", "\\u0000mark"]', limits, _is_plain(b'["ok", "\\u0000mark"]'))
     assert limits.key(b"a%00b") == b"a\x00b"  # only the first byte is reserved
 
 
