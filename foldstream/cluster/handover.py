@@ -30,6 +30,14 @@ from foldstream.errors import FoldstreamError
 from foldstream.state.local import LocalStores
 
 log = logging.getLogger(__name__)
+
+
+class ViewNotCurrent(FoldstreamError):
+    """A takeover ended while this member's cluster view was not current (it stood still past
+    the session timeout): it serves none of the partitions, which are claimed again once it
+    is. Expected after a pause, so logged without a traceback."""
+
+
 RECONCILE_INTERVAL_S = 0.1
 
 
@@ -263,9 +271,12 @@ class Handover:
                     delay = self.ownership.takeover_failed(gained, time.monotonic())
                     reason = f"taking over {sorted(gained)} failed: {type(exc).__name__}: {exc}"
                     self._failures.update(dict.fromkeys(gained, reason))
-                log.exception(
-                    "taking over %s failed; claiming again in %.1fs", sorted(gained), delay
-                )
+                if isinstance(exc, ViewNotCurrent):  # expected after a pause: no traceback
+                    log.warning("%s; claiming %s again in %.1fs", exc, sorted(gained), delay)
+                else:
+                    log.exception(
+                        "taking over %s failed; claiming again in %.1fs", sorted(gained), delay
+                    )
                 self.sync()  # releases what it held of them
                 self._publish()
                 self.wake.set()
@@ -306,10 +317,11 @@ class Handover:
             epoch = max(epoch, held)
         with self.lock:
             if not self._map.view_is_current():
-                raise FoldstreamError(
+                raise ViewNotCurrent(
                     "this process stood still past the session timeout during the takeover: "
                     "the partitions may have been given to another member meanwhile; claimed "
-                    "again once the cluster view is current"
+                    "again once the cluster view is current (if this recurs, the process is "
+                    "starved of CPU or the broker answers slowly: raise the session timeout)"
                 )
             served = self.ownership.took_over(gained, epoch)
             for key in gained:
