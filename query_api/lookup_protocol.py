@@ -115,8 +115,9 @@ class LookupProtocol(HttpToolsProtocol):
                 if answer is not None:
                     self._answer("GET", answer)
                     return
-            elif method == b"POST" and (path := self._batch_lookup_path()) is not None:
-                self._batch, self._batch_path = [], path  # read here; answered once complete
+            elif method == b"POST" and (target := self._batch_lookup_target()) is not None:
+                # Read here; answered once complete.
+                self._batch, (self._batch_path, self._batch_query) = [], target
                 return
         super().on_headers_complete()
 
@@ -185,9 +186,9 @@ class LookupProtocol(HttpToolsProtocol):
             or header_value(self.headers) is not None  # a consistency token: the app waits
         )
 
-    def _batch_lookup_path(self) -> bytes | None:
-        """The raw path of a batch lookup whose body is read here: one of known, small
-        length (larger ones are read, and refused beyond the limit, by the app)."""
+    def _batch_lookup_target(self) -> tuple[bytes, bytes] | None:
+        """The raw path and query string of a batch lookup whose body is read here: one of
+        known, small length (larger ones are read, and refused beyond the limit, by the app)."""
         length = None
         for name, value in self.headers:
             if name == b"transfer-encoding":
@@ -199,10 +200,7 @@ class LookupProtocol(HttpToolsProtocol):
             return None
         url = httptools.parse_url(self.url)
         raw_path: bytes = url.path
-        if not raw_path.endswith(b"/keys"):
-            return None
-        self._batch_query = url.query or b""
-        return raw_path
+        return (raw_path, url.query or b"") if raw_path.endswith(b"/keys") else None
 
     def _lookup_answer(self) -> Answer | None:
         url = httptools.parse_url(self.url)
