@@ -16,12 +16,16 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from foldstream.backoff import Backoff
 from foldstream.changelog.follower import ChangelogFollower
 from foldstream.changelog.layout import StoreLayout
-from foldstream.kafka import consume_available, consumer_config
+from foldstream.kafka import consumer_config
 from foldstream.stale_state import open_checked
 from foldstream.state import RocksDBWriter
 from foldstream.state.base import Entries
 
 log = logging.getLogger(__name__)
+
+#: How long the copying thread waits for the next changelog record before it looks again at
+#: copies waiting to retry (and at a stop).
+POLL_WAIT_S = 0.1
 
 
 @dataclass
@@ -68,6 +72,7 @@ class StandbyReplicas:
         self._stopping = threading.Event()
         self._on_error = on_error
         self._waiting = False  # a copy waits to retry after a failure
+        self._assigned = 0  # assignments made: a record fetched under an older one is dropped
         config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
         # A position outside a changelog (created again) is reported, not reset to its start
         # (compaction keeps a changelog's first offset at 0).
@@ -98,6 +103,7 @@ class StandbyReplicas:
     def _reassign(self) -> None:
         """Fetch each copy's changelog from its position, except copies waiting to retry."""
         now = time.monotonic()
+        self._assigned += 1
         self._consumer.assign(
             [
                 TopicPartition(self.layouts[s].changelog_topic, p, r.position)
@@ -148,20 +154,32 @@ class StandbyReplicas:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            messages: list[Any] = []
             try:
-                with self._lock:
-                    if self._waiting:
-                        self._reassign()  # copies whose retry is due fetch again
-                    if self._replicas:
-                        messages = consume_available(self._consumer, 5_000, 0)
-                        self._apply(messages)
+                self._copy_next()
             except Exception:  # noqa: BLE001 - the fetch itself failed: try again
                 log.exception("standby replication could not fetch; retrying")
                 self._stopping.wait(1.0)
-                continue
-            if not messages:
-                self._stopping.wait(0.01)
+
+    def _copy_next(self) -> None:
+        """Wait up to :data:`POLL_WAIT_S` for the next changelog record, then apply it and
+        what came with it. The wait is outside the lock, and without the GIL: readers of the
+        copies go on meanwhile, and an idle instance does not wake this thread every few
+        milliseconds, which cost the query thread CPU (docs/benchmarks.md, "Batch lookups:
+        one get per key")."""
+        with self._lock:
+            if self._waiting:
+                self._reassign()  # copies whose retry is due fetch again
+            held, assigned = bool(self._replicas), self._assigned
+        if not held:
+            self._stopping.wait(POLL_WAIT_S)
+            return
+        first = self._consumer.poll(POLL_WAIT_S)
+        if first is None:
+            return
+        with self._lock:
+            if self._assigned != assigned:
+                return  # reassigned meanwhile: fetched again from each copy's position
+            self._apply([first, *self._consumer.consume(4_999, 0)])
 
     def _apply(self, messages: list[Any]) -> None:
         by_key: dict[tuple[str, int], list[Any]] = {}

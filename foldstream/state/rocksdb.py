@@ -89,15 +89,21 @@ def _open(
 
 
 class _RocksDBPartition(PartitionReader):
-    def __init__(self, db: Rdict) -> None:
+    def __init__(self, db: Rdict, table_format: str) -> None:
         self._db = db
         self._meta = db.get_column_family(META_CF)
+        # RocksDB's multi-get sorts and batches the keys for block reads, which PlainTable
+        # files do not have: for them, one get per key costs less (docs/benchmarks.md, "Batch
+        # lookups: one get per key").
+        self._get_one_by_one = table_format == TABLE_FORMAT
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._db.get(key)
         return value
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if self._get_one_by_one:
+            return list(map(self._db.get, keys))
         # One multi-get (rocksdict's stub types keys as a list of scalars, bytes among them).
         return cast("list[bytes | None]", self._db.get(cast(Any, keys)))
 
@@ -162,7 +168,7 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         table_format: str = TABLE_FORMAT,
         mapped_reads: bool = True,
     ) -> None:
-        super().__init__(_open(Path(path), table_format, mapped_reads=mapped_reads))
+        super().__init__(_open(Path(path), table_format, mapped_reads=mapped_reads), table_format)
         self._meta_handle = self._db.get_column_family_handle(META_CF)
         stamped = self._meta.get(_IDENTITY)
         if stamped is None:
@@ -305,7 +311,7 @@ class RocksDBReader(_RocksDBPartition):
             with attempt:
                 # A writer may be switching manifests right now: read the signature again.
                 self._signature = self._version_signature()
-        super().__init__(_open(self._path, table_format, AccessType.read_only()))
+        super().__init__(_open(self._path, table_format, AccessType.read_only()), table_format)
         self._max_staleness = max_staleness
         self._checked_at = time.monotonic()
 
