@@ -27,10 +27,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from foldstream.errors import FoldstreamError
 from foldstream.kafka import Partitioner, partition_for
-from foldstream.state.format import TABLE_FORMAT
+from foldstream.state.format import ORDERED_FORMAT, TABLE_FORMAT
 
 if TYPE_CHECKING:  # the minimal reference server loads none of foldstream's query side
     from foldstream.query_api.fast_lookup import FastLookups
@@ -56,6 +57,46 @@ def open_read_only(
         )
         for p in range(partitions)
     ]
+
+
+#: The reference servers that open the stores read-only once and read that view while they run,
+#: with the format each opens.
+SNAPSHOT_KINDS = {"minimal": TABLE_FORMAT, "minimal-range": ORDERED_FORMAT}
+
+
+def await_flushed(
+    state_dir: Path, store: str, partitions: int, table_format: str = TABLE_FORMAT
+) -> None:
+    """Wait (up to a minute) until no partition of ``store`` holds as many unflushed writes as
+    an instance flushes (:data:`~foldstream.state.host.IDLE_FLUSH_ENTRIES`): it flushes a
+    partition no task wrote for a few seconds. A read-only open replays the writer's log into a
+    memtable of its own and keeps it while it is open, so a reference server opened before that
+    flush reads up to a memtable's worth of keys from a skiplist while the instance reads them
+    from its table files (docs/benchmarks.md, "The reference read a memtable of its own")."""
+    from foldstream.state.host import IDLE_FLUSH_ENTRIES  # not in the reference servers
+
+    def unflushed() -> int:
+        dbs = open_read_only(state_dir, store, partitions, table_format)
+        try:
+            return max(
+                (db.property_int_value("rocksdb.num-entries-active-mem-table") or 0 for db in dbs),
+                default=0,
+            )
+        finally:
+            for db in dbs:
+                db.close()
+
+    try:
+        Retrying(
+            stop=stop_after_delay(60),
+            wait=wait_fixed(0.25),
+            retry=retry_if_result(lambda left: left >= IDLE_FLUSH_ENTRIES),
+        )(unflushed)
+    except RetryError:
+        raise FoldstreamError(
+            f"{store}: a partition still holds unflushed writes after 60 s; the instance "
+            "should have flushed them once its fold stopped writing (is it still folding?)"
+        ) from None
 
 
 def minimal_app(
@@ -136,6 +177,7 @@ class ServerProcess:
         port: int,
     ) -> None:
         self.kind = kind
+        self.store_args = (Path(state_dir), store, partitions)
         self.url = f"http://127.0.0.1:{port}"
         self.args = [
             sys.executable, "-m", "bench.servers", kind, "--state-dir", str(state_dir),
@@ -150,6 +192,8 @@ class ServerProcess:
         return self.process.pid
 
     def __enter__(self) -> ServerProcess:
+        if self.kind in SNAPSHOT_KINDS:
+            await_flushed(*self.store_args, SNAPSHOT_KINDS[self.kind])
         root = str(Path(__file__).resolve().parent.parent)
         env = {
             **os.environ,

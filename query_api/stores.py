@@ -140,7 +140,7 @@ class StoreReaders:
     def get_many(
         self, store: str, partition: int, keys: list[bytes], *, standby: bool = False
     ) -> list[bytes | None]:
-        """Values of ``keys`` (all of ``partition``) from one copy, in one multi-get."""
+        """Values of ``keys`` (all of ``partition``) from one copy."""
         return self._local.get_many(store, partition, keys, standby=standby)
 
     def has_applied(self, store: str, partition: int, offset: int, *, standby: bool) -> bool:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from foldstream.broker import EmbeddedBroker
 from foldstream.changelog import (
@@ -261,6 +261,54 @@ def test_a_standby_copy_that_fails_to_apply_retries_from_its_position_and_skips_
         assert failures == [20] and len(errors) == 1
         assert [replicas.get("s", 0, k) for k in (b"a", b"b", b"c")] == [b"a@10", b"b@20", b"c@30"]
         assert replicas.lag("s", 0) == 0
+    finally:
+        replicas.close()
+
+
+class _ReassignedInEveryOtherPoll:
+    """The standby copies' consumer, reassigned (as a copy taken up or released beside the
+    others reassigns it) inside every other poll: after the thread noted the assignment it
+    polls under, before the record comes back, which then comes from the new assignment."""
+
+    def __init__(self, replicas: StandbyReplicas) -> None:
+        self._replicas = replicas
+        self._consumer = replicas._consumer
+        self.polls = 0
+
+    def poll(self, timeout: float) -> Any:
+        self.polls += 1
+        if self.polls % 2:
+            with self._replicas._lock:
+                self._replicas._reassign()
+        return self._consumer.poll(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def test_a_standby_copy_reassigned_while_it_waits_for_a_record_skips_none(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """A record that a reassignment interrupted the wait for is fetched again, not skipped:
+    the copy ends with every batch."""
+    layout = _layout(broker, "reassigned")
+    records: list[Record] = [(1, 10 * n, b"k%d" % n, b"v%d" % n, "<>") for n in range(1, 7)]
+    _send(broker.bootstrap, layout.changelog_topic, records)
+    replicas = StandbyReplicas(
+        bootstrap=broker.bootstrap, state_dir=tmp_path, layouts={"s": layout}
+    )
+    consumer = _ReassignedInEveryOtherPoll(replicas)
+    try:
+        with replicas._lock:
+            replicas._consumer = cast(Consumer, consumer)
+        replicas.assign([("s", 0)])
+        deadline = time.monotonic() + 60
+        while replicas.applied_offset("s", 0) != 60 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert consumer.polls > 1
+        assert [replicas.get("s", 0, b"k%d" % n) for n in range(1, 7)] == [
+            b"v%d" % n for n in range(1, 7)
+        ]
     finally:
         replicas.close()
 

@@ -87,6 +87,8 @@ class StandbyReplicas:
         ``on_stale``, see :func:`foldstream.stale_state.open_checked`)."""
         wanted = set(wanted)
         with self._lock:
+            if wanted == self._replicas.keys() and not self._waiting:
+                return  # asked again every upkeep round: restarting the fetches costs a poll
             for key in set(self._replicas) - wanted:
                 self._close(key)
             for key in wanted - set(self._replicas):
@@ -178,7 +180,11 @@ class StandbyReplicas:
             return
         with self._lock:
             if self._assigned != assigned:
-                return  # reassigned meanwhile: fetched again from each copy's position
+                # Reassigned meanwhile: the record may come from either assignment, and the
+                # new one has moved past it if it is its first. Nothing was applied since the
+                # poll: fetching again from each copy's position skips nothing.
+                self._reassign()
+                return
             self._apply([first, *self._consumer.consume(4_999, 0)])
 
     def _apply(self, messages: list[Any]) -> None:

@@ -78,7 +78,7 @@ class LocalStores:
     def get_many(
         self, store: str, partition: int, keys: list[bytes], *, standby: bool = False
     ) -> list[bytes | None]:
-        """Values of ``keys`` (all of ``partition``) from one copy, in one multi-get."""
+        """Values of ``keys`` (all of ``partition``) from one copy."""
         if standby:
             return [self.get(store, partition, key, standby=True) for key in keys]
         return self._active(store, partition, lambda reader: reader.get_many(keys))
