@@ -27,7 +27,14 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    retry_if_result,
+    stop_after_delay,
+    wait_fixed,
+)
 
 from foldstream.errors import FoldstreamError
 from foldstream.kafka import Partitioner, partition_for
@@ -90,12 +97,14 @@ def await_flushed(
         Retrying(
             stop=stop_after_delay(60),
             wait=wait_fixed(0.25),
-            retry=retry_if_result(lambda left: left >= IDLE_FLUSH_ENTRIES),
+            # An open can also fail while the writer switches files (a flush, a compaction).
+            retry=retry_if_result(lambda left: left >= IDLE_FLUSH_ENTRIES)
+            | retry_if_exception_type(Exception),
         )(unflushed)
     except RetryError:
         raise FoldstreamError(
-            f"{store}: a partition still holds unflushed writes after 60 s; the instance "
-            "should have flushed them once its fold stopped writing (is it still folding?)"
+            f"{store}: a partition still holds unflushed writes (or cannot be opened) after 60 s;"
+            " the instance flushes them once its fold stopped writing (is it still folding?)"
         ) from None
 
 

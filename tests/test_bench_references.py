@@ -20,18 +20,18 @@ def test_a_reference_server_opens_the_stores_once_their_writes_were_flushed(
     for n in range(IDLE_FLUSH_ENTRIES):
         writer.put(b"k%d" % n, b"v")
     writer.commit(1)
-    flushed = threading.Event()
+    flushing = threading.Event()
 
     def flush_in_a_while() -> None:
         time.sleep(0.5)  # the instance's idle flush, some time after its last write
+        flushing.set()
         writer.flush_memtable()
-        flushed.set()
 
     flusher = threading.Thread(target=flush_in_a_while)
     flusher.start()
     try:
         await_flushed(tmp_path, "s", 1)
-        assert flushed.is_set(), "the reference would have opened the unflushed writes"
+        assert flushing.is_set(), "the reference would have opened the unflushed writes"
     finally:
         flusher.join()
         writer.close()

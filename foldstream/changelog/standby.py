@@ -72,7 +72,9 @@ class StandbyReplicas:
         self._stopping = threading.Event()
         self._on_error = on_error
         self._waiting = False  # a copy waits to retry after a failure
-        self._assigned = 0  # assignments made: a record fetched under an older one is dropped
+        # Assignments made: a record polled across one is fetched again from its copy's position.
+        self._assigned = 0
+        self._refetch = False  # the consumer's assignment must be made again before a poll
         config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
         # A position outside a changelog (created again) is reported, not reset to its start
         # (compaction keeps a changelog's first offset at 0).
@@ -87,25 +89,26 @@ class StandbyReplicas:
         ``on_stale``, see :func:`foldstream.stale_state.open_checked`)."""
         wanted = set(wanted)
         with self._lock:
-            if wanted == self._replicas.keys() and not self._waiting:
-                return  # asked again every upkeep round: restarting the fetches costs a poll
-            for key in set(self._replicas) - wanted:
-                self._close(key)
-            for key in wanted - set(self._replicas):
-                store, partition = key
-                layout = self.layouts[store]
-                copy = layout.local_copy(self.state_dir, store, partition)
-                writer = open_checked(self.bootstrap, copy, layout.on_stale)
-                done = writer.changelog_offset()
-                self._replicas[key] = _Replica(
-                    ChangelogFollower(writer), 0 if done is None else done + 1
-                )
-            self._reassign()
+            try:
+                for key in set(self._replicas) - wanted:
+                    self._close(key)
+                for key in wanted - set(self._replicas):
+                    store, partition = key
+                    layout = self.layouts[store]
+                    copy = layout.local_copy(self.state_dir, store, partition)
+                    writer = open_checked(self.bootstrap, copy, layout.on_stale)
+                    done = writer.changelog_offset()
+                    self._replicas[key] = _Replica(
+                        ChangelogFollower(writer), 0 if done is None else done + 1
+                    )
+            finally:  # a copy refused (raised) leaves the others opened so far fetched
+                self._reassign()
 
     def _reassign(self) -> None:
         """Fetch each copy's changelog from its position, except copies waiting to retry."""
         now = time.monotonic()
         self._assigned += 1
+        self._refetch = True  # until the assignment below is made
         self._consumer.assign(
             [
                 TopicPartition(self.layouts[s].changelog_topic, p, r.position)
@@ -114,6 +117,7 @@ class StandbyReplicas:
             ]
         )
         self._waiting = any(not r.backoff.due(now) for r in self._replicas.values())
+        self._refetch = False
 
     def release(self, keys: Iterable[tuple[str, int]]) -> None:
         """Stop keeping ``keys`` and close their copies, so another writer may open them."""
@@ -160,6 +164,7 @@ class StandbyReplicas:
                 self._copy_next()
             except Exception:  # noqa: BLE001 - the fetch itself failed: try again
                 log.exception("standby replication could not fetch; retrying")
+                self._refetch = True  # the consumer may have moved past unapplied records
                 self._stopping.wait(1.0)
 
     def _copy_next(self) -> None:
@@ -169,8 +174,8 @@ class StandbyReplicas:
         milliseconds, which cost the query thread CPU (docs/benchmarks.md, "Batch lookups:
         one get per key")."""
         with self._lock:
-            if self._waiting:
-                self._reassign()  # copies whose retry is due fetch again
+            if self._waiting or self._refetch:
+                self._reassign()  # copies whose retry is due (or all, after a failure) fetch again
             held, assigned = bool(self._replicas), self._assigned
         if not held:
             self._stopping.wait(POLL_WAIT_S)
