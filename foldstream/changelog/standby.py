@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 #: How long the copying thread waits for the next changelog record before it looks again at
 #: copies waiting to retry (and at a stop).
 POLL_WAIT_S = 0.1
+#: The most changelog records taken at once (the first polled, the rest already fetched).
+MAX_RECORDS = 5_000
 
 
 @dataclass
@@ -190,7 +192,7 @@ class StandbyReplicas:
                 # poll: fetching again from each copy's position skips nothing.
                 self._reassign()
                 return
-            self._apply([first, *self._consumer.consume(4_999, 0)])
+            self._apply([first, *self._consumer.consume(MAX_RECORDS - 1, 0)])
 
     def _apply(self, messages: list[Any]) -> None:
         by_key: dict[tuple[str, int], list[Any]] = {}
