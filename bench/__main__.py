@@ -44,7 +44,7 @@ from bench.report import Figure, print_table, write_json
 from bench.run import BenchRun
 from bench.sizes import sizes
 from bench.workload import inventory_events, produce
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.kafka import TopicSpec, ensure_topics, produce_when_room
 from foldstream.process import InstanceProcess
 from foldstream.settings import Settings
@@ -183,7 +183,7 @@ def main() -> None:
         rebuilt: list[Figure] = []
         noop: dict[str, float] = {}
         if sections & {"rebuild", "lookups"}:
-            with EmbeddedBroker() as broker:
+            with KafkaCluster() as broker:
                 if "rebuild" in sections:
                     rebuilt, noop = rebuild_figures(
                         run, broker.bootstrap, noop_batches="inventory" in sections
@@ -195,7 +195,7 @@ def main() -> None:
             figures += inventory_figures(run, noop)
         if "cluster" in sections:
             # Three instances on a broker that holds only their topics.
-            with EmbeddedBroker() as broker:
+            with KafkaCluster() as broker:
                 figures += run.step(
                     "3-instance cluster: redirects, failover, restore",
                     lambda: cluster.cluster_figures(
@@ -208,7 +208,7 @@ def main() -> None:
                 )
         for section, figures_of in OWN_BROKER.items():
             if section in sections:
-                with EmbeddedBroker() as broker:
+                with KafkaCluster() as broker:
                     figures += figures_of(run, broker.bootstrap)
         figures += [f for s, of in OWN_BROKERS.items() if s in sections for f in of(run)]
     if run.memory:

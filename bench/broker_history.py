@@ -17,7 +17,7 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.procs import cpu_seconds
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.kafka import TopicSpec, consumer_config, ensure_topics, producer_config
 
 PARTITIONS = 4
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each measurement")
     parser.add_argument("--steps", type=int, default=6, help="measurements with the consumer")
     args = parser.parse_args()
-    with EmbeddedBroker() as broker:
+    with KafkaCluster() as broker:
         assert broker.pid is not None, "the broker is not running"
         pid = broker.pid
         ensure_topics(broker.bootstrap, [TopicSpec("history", PARTITIONS)])

@@ -14,7 +14,7 @@ from bench import commands, freshness, lookups
 from bench.procs import CpuMeter, PeakRss, pid_of
 from bench.report import Figure
 from bench.run import BenchRun
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.process import InstanceProcess
 from foldstream.scrape import Activity, activity, scrape
 
@@ -28,14 +28,14 @@ LOW_RATE = 100.0
 @contextmanager
 def inventory_instance(
     run: BenchRun, purpose: str
-) -> Iterator[tuple[EmbeddedBroker, InstanceProcess, lookups.Target]]:
+) -> Iterator[tuple[KafkaCluster, InstanceProcess, lookups.Target]]:
     """A warm inventory instance on a broker of its own, for one ``purpose``.
 
     Each round gets a fresh broker: the CPU Tansu spends on a tailing consumer grows with the
     topic's history (``python -m bench.broker_history``: 0.17 cores at 12k records of small
     transactions, 0.42 at 44k), and every round writes tens of thousands of records.
     """
-    with EmbeddedBroker() as broker:
+    with KafkaCluster() as broker:
         instance = InstanceProcess(
             bootstrap=broker.bootstrap,
             state_dir=Path(tempfile.mkdtemp(prefix="inventory-", dir=run.tmp)),
@@ -64,7 +64,7 @@ def inventory_instance(
 
 def _freshness_round(
     run: BenchRun,
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
     instance: InstanceProcess,
     rate: float,
     label: str = "",

@@ -27,7 +27,7 @@ from bench.commands import command_answered, version_of
 from bench.report import Figure
 from bench.run import BenchRun
 from bench.workload import inventory_events, produce, sku
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.errors import FoldstreamError
 from foldstream.kafka import TopicSpec, ensure_topics, partition_for
 from foldstream.process import InstanceProcess, http, wait_cluster_stable
@@ -104,7 +104,7 @@ def _side(run: BenchRun, label: str, service: str) -> Takeover:
     """One side of the figure on a broker of its own (see the module)."""
     aggregates, events = run.size["takeover_aggregates"], run.size["takeover_events"]
     products = products_in_target(aggregates)
-    with EmbeddedBroker() as broker:
+    with KafkaCluster() as broker:
         ensure_topics(broker.bootstrap, [TopicSpec(EVENTS_TOPIC, PARTITIONS)])
         run.step(
             f"{label}: producing {events:,} events over {aggregates:,} products",

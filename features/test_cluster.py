@@ -14,10 +14,12 @@ from typing import Any
 
 import httpx
 from confluent_kafka import Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from pytest_bdd import parsers, scenarios, then, when
 
 from foldstream.cluster.map import ASSIGNMENT_KEY
 from foldstream.kafka import producer_config
+from foldstream.kafka_client import admin_client
 from foldstream.process import http
 from foldstream.testing.cluster_steps import ClusterState, Store, cluster_view
 from foldstream.testing.steps import REQUEST_ERRORS, service_of, wait_until
@@ -55,9 +57,30 @@ def forge_cluster_records(cluster_state: ClusterState) -> None:
     cluster_state.before = {m.url: _invalid_records(m.url) for m in cluster_state.live()}
     producer = Producer(producer_config(member.bootstrap, **{"message.max.bytes": 8 << 20}))
     topic = service_of(member)[1].cluster_topic
+    _allow_records_of(member.bootstrap, topic, 8 << 20)
     for key, value in FORGED:
         producer.produce(topic, key=key, value=value)
     assert producer.flush(30) == 0
+
+
+def _allow_records_of(bootstrap: str, topic: str, size: int) -> None:
+    """Let ``topic`` take records of ``size`` bytes (Kafka refuses those over 1 MB by default),
+    as anyone allowed to alter its configuration could, so that the instances read the huge
+    one."""
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(
+                "max.message.bytes",
+                str(size),
+                incremental_operation=AlterConfigOpType.SET,
+            )
+        ],
+    )
+    admin = admin_client(bootstrap)  # held until its futures are done
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
 
 
 def _invalid_records(url: str) -> float:

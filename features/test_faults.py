@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pytest_bdd import given, parsers, scenarios, then, when
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.process import InstanceProcess, wait_cluster_stable
 from foldstream.testing.cluster_checks import commands_fold_everywhere
 from foldstream.testing.steps import REQUEST_ERRORS
@@ -31,7 +31,7 @@ SERVICE = "foldstream.examples.inventory:service"
 
 @dataclass
 class Faults:
-    broker: EmbeddedBroker | None = None
+    broker: KafkaCluster | None = None
     members: list[InstanceProcess] = field(default_factory=list)
     answers: Counter[str] = field(default_factory=Counter)
     resumed_at: float = 0.0
@@ -66,7 +66,7 @@ def _post(url: str, arguments: dict[str, int]) -> tuple[int, Message]:
 
 @given("a cluster of 2 instances of the inventory example on a broker of its own")
 def own_cluster(faults: Faults, tmp_path: Path, foldstream_partitions: int) -> None:
-    faults.broker = EmbeddedBroker(log_path=tmp_path / "tansu.log").start()
+    faults.broker = KafkaCluster(data_dir=tmp_path / "kafka").start()
     faults.members = [
         InstanceProcess(
             bootstrap=faults.broker.bootstrap,

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from pytest_bdd import parsers, scenarios, then, when
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.client import AsyncFoldstreamClient, FoldstreamClient
 from foldstream.process import InstanceProcess, http
 from foldstream.reads import read_path
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("empty_bookings_topics")
     )
 )
 def many_bookings(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
     scenario_state: ScenarioState,
     client: str,
     count: int,

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import pytest
 from pytest_bdd import given, parsers, scenarios, then, when
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.process import InstanceProcess
 from foldstream.testing.proc_tree import command_line, descendants
 from foldstream.testing.spark_cluster import SparkStandaloneCluster
@@ -55,7 +55,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spark
 
 @pytest.fixture(scope="module")
 def instance_on_cluster(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
     spark_standalone: SparkStandaloneCluster,
     tmp_path_factory: pytest.TempPathFactory,
     foldstream_service: str,

@@ -1,6 +1,7 @@
-"""State that outlives its topics, on the embedded broker and an instance run by hand as the
-README says (`foldstream broker`, `foldstream serve --state-dir .foldstream`), each in a process
-group of its own, stopped with Ctrl-C (SIGINT to the group) as in a terminal.
+"""State that outlives its topics, on a broker and an instance run by hand as the README says
+(`foldstream broker --data-dir .kafka`, `foldstream serve --state-dir .foldstream`), or on a
+broker that keeps nothing (no `--data-dir`), each in a process group of its own, stopped with
+Ctrl-C (SIGINT to the group) as in a terminal.
 
 The steps are this repository's own: the generic ones (commands, lookups, readiness, plain
 folds) come from :mod:`foldstream.testing.steps` and run against the instance run by hand.
@@ -49,8 +50,8 @@ def _ctrl_c(process: subprocess.Popen[bytes], what: str) -> None:
 
 
 def _dies_with_this_process(command: list[str]) -> list[str]:
-    # A test run killed with kill -9 leaves no broker behind (the broker's own Tansu dies
-    # with it); the instance has exit_with_parent.
+    # A test run killed with kill -9 leaves no broker behind (its nodes die with
+    # `foldstream broker`); the instance has exit_with_parent.
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
 
@@ -63,12 +64,18 @@ class ByHandBroker:
         self.port = port
         self.log_path = workdir / "broker.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.keeps_data = True
 
     def run(self) -> None:
+        """``foldstream broker --port P``, with ``--data-dir .kafka`` as the README has it when
+        :attr:`keeps_data`."""
         start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        command = [FOLDSTREAM, "broker", "--port", str(self.port)]
+        if self.keeps_data:
+            command += ["--data-dir", ".kafka"]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                _dies_with_this_process([FOLDSTREAM, "broker", "--port", str(self.port)]),
+                _dies_with_this_process(command),
                 cwd=self.workdir,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -76,7 +83,7 @@ class ByHandBroker:
                 start_new_session=True,
             )
         deadline = time.monotonic() + 60
-        while b"broker ready" not in self.log_path.read_bytes()[start:]:
+        while b"KAFKA_BOOTSTRAP_SERVERS=" not in self.log_path.read_bytes()[start:]:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the broker did not start: {self.log_path.read_text()[start:]}")
             time.sleep(0.05)
@@ -135,7 +142,11 @@ class ByHand:
         self.instance.start()
         self.instance.wait_ready(timeout=READY_S)
 
-    def ensure_running(self) -> None:
+    def ensure_running(self, *, keeps_data: bool) -> None:
+        if self.broker.keeps_data != keeps_data:
+            self.instance.stop()
+            self.broker.kill()
+            self.broker.keeps_data = keeps_data
         if self.broker.process is None or self.broker.process.poll() is not None:
             self.instance.stop()
             self.broker.run()
@@ -161,12 +172,15 @@ def by_hand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ByHand]:
         pair.close()
 
 
-@given(
-    "the embedded broker and an instance run by hand as the README says",
-    target_fixture="instance",
-)
+@given("the broker and an instance run by hand as the README says", target_fixture="instance")
 def run_by_hand(by_hand: ByHand) -> InstanceProcess:
-    by_hand.ensure_running()
+    by_hand.ensure_running(keeps_data=True)
+    return by_hand.instance
+
+
+@given("a broker that keeps nothing and an instance run by hand", target_fixture="instance")
+def run_by_hand_on_nothing_kept(by_hand: ByHand) -> InstanceProcess:
+    by_hand.ensure_running(keeps_data=False)
     return by_hand.instance
 
 

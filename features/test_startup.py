@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pytest_bdd import parsers, scenarios, then, when
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.cluster.map import ASSIGNMENT_KEY
 from foldstream.cluster.records import InvalidRecord, MemberState
 from foldstream.kafka import read_to_end, topic_partitions
@@ -45,7 +45,7 @@ def startup_round() -> Iterator[Round]:
 
 @when(parsers.parse("{size:d} fresh instances of the service are started at the same moment"))
 def start_together(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
     tmp_path: Path,
     foldstream_partitions: int,
     startup_round: Round,
@@ -69,7 +69,7 @@ def start_together(
         member.wait_ready()
 
 
-def _exists(broker: EmbeddedBroker, topic: str) -> bool:
+def _exists(broker: KafkaCluster, topic: str) -> bool:
     return topic_partitions(AdminClient({"bootstrap.servers": broker.bootstrap}), topic) is not None
 
 
@@ -79,7 +79,7 @@ def converged(startup_round: Round) -> None:
 
 
 @then("no two of them ever claimed one partition, as the cluster topic records it")
-def never_two_owners(broker: EmbeddedBroker, startup_round: Round) -> None:
+def never_two_owners(broker: KafkaCluster, startup_round: Round) -> None:
     """Replays the cluster topic from where it stood before the round, in log order: after every
     record, no partition is claimed (active or restoring) by two of this round's members."""
     ids = {_member_id(m) for m in startup_round.members}

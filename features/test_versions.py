@@ -29,7 +29,7 @@ from features.steps.versioned_cluster import (
     v1,
     v2,
 )
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.kafka_client import admin_client
 from foldstream.kafka_topics import topic_partitions
 from foldstream.process import http, wait_cluster_stable
@@ -41,7 +41,7 @@ scenarios("versions.feature")
 
 @pytest.fixture
 def deployment(
-    broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+    broker: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("versioned")
     running = Deployment(root, broker.bootstrap, root / "gate")

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from foldstream.broker.node import DEFAULT_HEAP
 from foldstream.errors import FoldstreamError
 from foldstream.serve_options import (
     AdvertisedUrlOption,
@@ -63,28 +64,56 @@ def _options(
 
 
 BROKER_HELP = (
-    "Run the embedded Kafka-protocol broker (Tansu) until Ctrl-C or SIGTERM. For development: "
-    "it keeps its data in memory only, so every topic and record is gone when it stops, and it "
-    "starts empty. An instance started again against it finds its state directory ahead of "
-    "the empty topics and rebuilds its stores from them (see serve --on-stale-state)."
+    "Run Apache Kafka (KRaft, every node both broker and controller) until Ctrl-C or SIGTERM, "
+    "which stop every node cleanly. Its jars are fetched with Maven into ~/.cache/foldstream on "
+    "first use (Java 17+ and Maven needed). Once every node answers it prints one line, "
+    "KAFKA_BOOTSTRAP_SERVERS=host:port,..., on standard output."
 )
 
 
 @cli.command(help=BROKER_HELP)
-def broker(port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1")] = 9092) -> None:
-    """Run the embedded broker (see :data:`BROKER_HELP`)."""
-    from foldstream.broker import EmbeddedBroker
+def broker(
+    port: Annotated[
+        int,
+        typer.Option(
+            help="the first node's client port; nodes listen on the next ones, and their "
+            "controllers on the ports after those"
+        ),
+    ] = 9092,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="where the nodes keep their logs: topics and records are kept across restarts "
+            "(without it, a temporary directory removed when the broker stops: nothing is kept)"
+        ),
+    ] = None,
+    brokers: Annotated[
+        int, typer.Option(help="nodes, each a process of its own; the quorum is all of them")
+    ] = 1,
+    heap: Annotated[str, typer.Option(help="each node's Java heap (-Xmx)")] = DEFAULT_HEAP,
+) -> None:
+    """Run Apache Kafka (see :data:`BROKER_HELP`)."""
+    from foldstream.broker import KafkaCluster
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with EmbeddedBroker(port=port) as running:
-        typer.echo(
-            f"broker ready: KAFKA_BOOTSTRAP_SERVERS={running.bootstrap} (in memory: its topics"
-            " are gone when it stops)"
-        )
+    cluster = KafkaCluster(
+        brokers=brokers,
+        port=port,
+        data_dir=data_dir,
+        heap=heap,
+        progress=lambda line: typer.echo(line, err=True),
+    )
+    with cluster:
+        typer.echo(f"KAFKA_BOOTSTRAP_SERVERS={cluster.bootstrap}")
+        kept = f"kept in {data_dir}" if data_dir else "nothing kept (no --data-dir)"
+        typer.echo(f"Apache Kafka ready: {brokers} node(s), logs {kept}", err=True)
         with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
-    typer.echo("broker stopped")
+            while not stop.is_set():
+                stop.wait(0.5)
+                cluster.check_running()  # a node that ended on its own ends the broker
+        typer.echo("stopping Apache Kafka", err=True)
+    typer.echo("Apache Kafka stopped", err=True)
 
 
 @cli.command()

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from foldstream import demo_stores
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.cluster_tour import tour
 from foldstream.domain import commands_of
 from foldstream.errors import ConfigurationError
@@ -50,8 +50,8 @@ def _bootstrap(console: Console) -> Iterator[str]:
         console.print(f"using Kafka at {existing}")
         yield existing
         return
-    with EmbeddedBroker() as broker:
-        console.print(f"embedded broker at {broker.bootstrap}")
+    with KafkaCluster(progress=console.print) as broker:
+        console.print(f"Apache Kafka at {broker.bootstrap}")
         yield broker.bootstrap
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from foldstream.errors import BrokerUnavailable, ConfigurationError
 from foldstream.kafka_client import admin_client
@@ -139,7 +140,7 @@ def ensure_topics(
         raise _missing_topics(bootstrap, missing, replication_factor, min_insync_replicas)
     if missing:
         _create_topics(admin, missing, replication_factor, min_insync_replicas, timeout)
-        existing = _partition_counts(admin)
+        existing = _listed(admin, [s.name for s in missing], timeout)
     for spec in wanted:
         actual = existing.get(spec.name)
         if actual != spec.partitions:
@@ -149,6 +150,26 @@ def ensure_topics(
                 "topic's partition count in the settings, or recreate the topic"
             )
     _check_compacted(admin, [s for s in wanted if s.compact and s not in missing])
+
+
+def _listed(admin: AdminClient, created: list[str], timeout: float) -> dict[str, int]:
+    """The partition counts of the cluster's topics once ``created`` are all listed: a topic
+    the controller created reaches the brokers' metadata a moment later."""
+
+    def unlisted(counts: dict[str, int]) -> bool:
+        return any(name not in counts for name in created)
+
+    try:
+        return Retrying(  # type: ignore[no-any-return]
+            stop=stop_after_delay(timeout),
+            wait=wait_fixed(0.05),
+            retry=retry_if_result(unlisted),
+        )(_partition_counts, admin)
+    except RetryError as exc:
+        raise BrokerUnavailable(
+            f"topics {created} were created but the cluster did not list them within "
+            f"{timeout}s: check the brokers' logs"
+        ) from exc
 
 
 def _missing_topics(

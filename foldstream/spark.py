@@ -5,20 +5,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from foldstream.errors import EnvironmentNotReady
+from foldstream.java import find_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-MIN_JAVA = 17
 # C1 only and the serial collector: a projection's JVM mostly plans micro-batches and runs their
 # tasks; C2 and parallel GC threads cost more CPU and memory than they return on few cores. A
 # small initial heap: the default is 1/64 of the machine's memory, and the young generation
@@ -56,26 +53,7 @@ def with_task_retries(master: str) -> str:
 
 def check_java() -> int:
     """The Java major version; raises with the remedy when Java is missing or too old."""
-    java = (
-        shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin"))
-        if os.environ.get("JAVA_HOME")
-        else shutil.which("java")
-    )
-    remedy = "install it, e.g. `apt-get install openjdk-17-jre-headless`, or set JAVA_HOME"
-    if java is None:
-        raise EnvironmentNotReady(
-            f"Spark needs Java {MIN_JAVA} or 21, but `java` was not found: {remedy}"
-        )
-    output = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', output)
-    if not match:
-        raise EnvironmentNotReady(f"cannot tell the Java version from {output!r}: {remedy}")
-    major = int(match.group(1))
-    if major == 1 and match.group(2):
-        major = int(match.group(2))
-    if major < MIN_JAVA:
-        raise EnvironmentNotReady(f"Spark needs Java >= {MIN_JAVA}, found {major}: {remedy}")
-    return major
+    return find_java("Spark")[1]
 
 
 _WORKER_PYTHON = """#!/bin/sh

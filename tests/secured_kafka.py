@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from foldstream.broker import EmbeddedBroker, free_port
+from foldstream.broker import KafkaCluster, free_port
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ class TlsCluster:
 
     bootstrap: str
     ca: Path
-    broker: EmbeddedBroker
+    broker: KafkaCluster
 
 
 @contextlib.contextmanager
@@ -175,7 +175,7 @@ def tls_cluster(directory: Path, *, authentication: bool = False) -> Iterator[Tl
         port=tls_port, upstream_port=broker_port, certificates=certificates
     ).start()
     try:
-        with EmbeddedBroker(
+        with KafkaCluster(
             port=broker_port,
             advertised_port=tls_port,
             authentication=authentication,

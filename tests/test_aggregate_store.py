@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.commands import CommandHandler, VersionConflict
 from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.domain.snapshots import SnapshotCodec, UndecodableSnapshot, UnstorableAggregate
@@ -34,7 +34,7 @@ def ids_in(partition: int, prefix: str, count: int) -> list[str]:
 class Stores:
     """A store host holding both partitions of the aggregate store under ``state_dir``."""
 
-    def __init__(self, broker: EmbeddedBroker, state_dir: Path, changelog: str) -> None:
+    def __init__(self, broker: KafkaCluster, state_dir: Path, changelog: str) -> None:
         self.host = StoreHost(state_dir=state_dir)
         self.host.start()
         for partition in range(PARTITIONS):
@@ -48,7 +48,7 @@ class Stores:
         self.host.stop()
 
 
-def handler_on(broker: EmbeddedBroker, topic: str, stores: Stores, cache: int) -> CommandHandler:
+def handler_on(broker: KafkaCluster, topic: str, stores: Stores, cache: int) -> CommandHandler:
     handler = CommandHandler(
         aggregates=service.aggregates,
         bootstrap=broker.bootstrap,
@@ -62,7 +62,7 @@ def handler_on(broker: EmbeddedBroker, topic: str, stores: Stores, cache: int) -
 
 
 def test_a_takeover_replays_only_past_the_snapshots_and_versions_stay_right(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     topic = f"snap-{uuid.uuid4().hex[:8]}.events"
     changelog = f"{topic}.{AGGREGATE_STORE}.changelog"

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.kafka import partition_for
 from foldstream.process import InstanceProcess, http, wait_cluster_stable
 from foldstream.testing.steps import wait_until
@@ -33,7 +33,7 @@ PARTITIONS = 4
 
 @pytest.fixture(scope="module")
 def members(
-    broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
+    broker: KafkaCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[InstanceProcess]]:
     """Two instances of the inventory example; the token is required for queries too, and
     ``/cluster`` stays open beside the probes (smart clients read it)."""

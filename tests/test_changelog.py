@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.changelog import (
     BATCH_END_HEADER,
     BATCH_START_HEADER,
@@ -55,7 +55,7 @@ def _copy(state_dir: Path, layout: StoreLayout) -> tuple[dict[bytes, bytes | Non
         writer.close()
 
 
-def _layout(broker: EmbeddedBroker, name: str) -> StoreLayout:
+def _layout(broker: KafkaCluster, name: str) -> StoreLayout:
     """A store layout whose (one-partition, compacted) changelog topic exists."""
     layout = StoreLayout(f"{name}.events", f"{name}.changelog")
     ensure_topics(broker.bootstrap, [TopicSpec(layout.changelog_topic, 1, compact=True)])
@@ -75,7 +75,7 @@ def _restore(bootstrap: str, state_dir: Path, layout: StoreLayout) -> int:
     return restore(bootstrap=bootstrap, state_dir=state_dir, store="s", layout=layout, partition=0)
 
 
-def test_a_previous_owners_late_writes_are_ignored(broker: EmbeddedBroker, tmp_path: Path) -> None:
+def test_a_previous_owners_late_writes_are_ignored(broker: KafkaCluster, tmp_path: Path) -> None:
     layout = _layout(broker, "fence")
     _send(
         broker.bootstrap,
@@ -109,7 +109,7 @@ def test_a_previous_owners_late_writes_are_ignored(broker: EmbeddedBroker, tmp_p
 
 
 def test_a_batch_the_copy_has_already_passed_changes_nothing(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _layout(broker, "stale")
     _send(
@@ -128,7 +128,7 @@ def test_a_batch_the_copy_has_already_passed_changes_nothing(
 
 
 def test_a_takeover_restore_moves_past_an_unclosed_batch_and_its_epoch(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _layout(broker, "tail")
     _send(
@@ -149,7 +149,7 @@ def test_a_takeover_restore_moves_past_an_unclosed_batch_and_its_epoch(
 
 
 def test_a_restore_from_a_compacted_changelog_applies_what_compaction_kept(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     """Compaction keeps only each key's newest record, so it removes the records that opened
     or closed many batches. Written as a=10 b=10 | a=20 c=20 | b=30 c=30 | (a new owner) b=40,
@@ -170,7 +170,7 @@ def test_a_restore_from_a_compacted_changelog_applies_what_compaction_kept(
 
 
 def test_a_batch_cut_short_is_dropped_when_the_next_was_folded_from_before_it(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     """A task that fails mid-batch is retried, or its query restarted from the offset its store
     holds; a writer that dies mid-batch is followed by one restored from before that batch.
@@ -194,7 +194,7 @@ def test_a_batch_cut_short_is_dropped_when_the_next_was_folded_from_before_it(
 
 
 def test_a_copy_resuming_between_batches_applies_one_whose_first_record_is_gone(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     """A standby that was away while compaction ran resumes after the last batch it applied;
     the next batch may have lost its first record, and is applied all the same."""
@@ -207,7 +207,7 @@ def test_a_copy_resuming_between_batches_applies_one_whose_first_record_is_gone(
 
 
 def test_records_with_malformed_headers_are_ignored_not_fatal(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _layout(broker, "malformed")
     producer = Producer(producer_config(broker.bootstrap))
@@ -224,7 +224,7 @@ def test_records_with_malformed_headers_are_ignored_not_fatal(
 
 
 def test_a_standby_copy_that_fails_to_apply_retries_from_its_position_and_skips_nothing(
-    broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    broker: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write to the copy fails once (injected into the real RocksDB writer): the copy reads
     its records again from the position its state records, and ends with every batch."""
@@ -297,7 +297,7 @@ class _ReassignedInEveryOtherPoll:
 
 
 def test_a_standby_copy_reassigned_while_it_waits_for_a_record_skips_none(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     """A record that a reassignment interrupted the wait for is fetched again, not skipped:
     the copy ends with every batch."""
@@ -324,7 +324,7 @@ def test_a_standby_copy_reassigned_while_it_waits_for_a_record_skips_none(
 
 
 def test_standby_replicas_holding_nothing_follow_a_copy_given_after_all_were_released(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     """A copy assigned after the only one was released is still followed, and closing an idle
     instance ends its replication thread."""

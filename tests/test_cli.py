@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from foldstream.api_docs import foldstream_version
-from foldstream.broker import EmbeddedBroker, free_port
+from foldstream.broker import KafkaCluster, free_port
 
 
 def foldstream(
@@ -52,7 +52,7 @@ def serve(state_dir: Path, bootstrap: str, env: dict[str, str] | None = None) ->
     return one_error_line(done)
 
 
-def test_a_state_directory_that_is_a_file(tmp_path: Path, broker: EmbeddedBroker) -> None:
+def test_a_state_directory_that_is_a_file(tmp_path: Path, broker: KafkaCluster) -> None:
     taken = tmp_path / "state"
     taken.write_text("not a directory")
     line = serve(taken, broker.bootstrap)
@@ -61,7 +61,7 @@ def test_a_state_directory_that_is_a_file(tmp_path: Path, broker: EmbeddedBroker
     assert line.startswith(f"error: cannot create state directory '{taken / 'below'}'")
 
 
-def test_missing_java(tmp_path: Path, broker: EmbeddedBroker) -> None:
+def test_missing_java(tmp_path: Path, broker: KafkaCluster) -> None:
     line = serve(tmp_path / "state", broker.bootstrap, env={"JAVA_HOME": str(tmp_path / "nojava")})
     assert "Spark needs Java" in line and "`java` was not found" in line
 

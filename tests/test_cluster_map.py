@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.cluster.assignment import Assignment
 from foldstream.cluster.map import ASSIGNMENT_KEY, ClusterMap
 from foldstream.cluster.records import MemberState
@@ -17,14 +17,14 @@ from foldstream.testing.scenario import wait_until
 
 
 @pytest.fixture
-def cluster_topic(tmp_path: Path, broker: EmbeddedBroker) -> str:
+def cluster_topic(tmp_path: Path, broker: KafkaCluster) -> str:
     topic = f"map-{tmp_path.name}.cluster"
     ensure_topics(broker.bootstrap, [TopicSpec(topic, 1, compact=True)])
     return topic
 
 
 @pytest.fixture
-def watcher(cluster_topic: str, broker: EmbeddedBroker) -> Iterator[ClusterMap]:
+def watcher(cluster_topic: str, broker: KafkaCluster) -> Iterator[ClusterMap]:
     cluster_map = ClusterMap(
         bootstrap=broker.bootstrap, topic=cluster_topic, member_id="m-b", liveness_s=1.0
     )
@@ -38,7 +38,7 @@ def _state(member_id: str) -> MemberState:
 
 
 def test_a_leader_stopped_inside_its_transaction_drops_out_and_later_records_are_read(
-    watcher: ClusterMap, cluster_topic: str, broker: EmbeddedBroker
+    watcher: ClusterMap, cluster_topic: str, broker: KafkaCluster
 ) -> None:
     """A leader paused or killed between producing an assignment and committing it leaves an
     open transaction; the other members still read past it, see the leader fall silent and

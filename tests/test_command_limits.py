@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
 from foldstream import kafka_client
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.commands import CommandHandler
 from foldstream.commands.http import command_routes
 from foldstream.domain import Aggregate, command, event
@@ -30,7 +30,7 @@ from tests.test_command_ownership import PARTITIONS, events_in, handlers, key_in
 class Served:
     """The command routes of one handler owning every partition, on a real uvicorn."""
 
-    def __init__(self, url: str, handler: CommandHandler, broker: EmbeddedBroker) -> None:
+    def __init__(self, url: str, handler: CommandHandler, broker: KafkaCluster) -> None:
         self.url, self.handler, self.broker = url, handler, broker
 
     def send(
@@ -81,7 +81,7 @@ _WIDE = InputLimits(max_body_bytes=4_000_000)
 
 
 @pytest.fixture(scope="module")
-def served(broker: EmbeddedBroker) -> Iterator[tuple[Served, Served]]:
+def served(broker: KafkaCluster) -> Iterator[tuple[Served, Served]]:
     """The same handler behind the default limits and behind wide ones."""
     aggregates = {**service.aggregates, "notebook": Notebook}
     with handlers(broker, new_topic(broker), 1, aggregates=aggregates) as (handler,):
@@ -197,7 +197,7 @@ def test_an_accepted_commands_answer_is_the_json_response_of_its_fields(
     assert int(headers["content-length"]) == len(body)
 
 
-def test_a_redirect_with_a_huge_hop_count_is_400(broker: EmbeddedBroker) -> None:
+def test_a_redirect_with_a_huge_hop_count_is_400(broker: KafkaCluster) -> None:
     class Elsewhere:
         def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
             return Redirect(partition, "http://127.0.0.1:9")

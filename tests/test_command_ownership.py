@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from starlette.applications import Starlette
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.commands import CommandHandler, CommandResult, VersionConflict
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import IDLE_WAIT_S, CommandPartitions
@@ -38,7 +38,7 @@ from foldstream.testing.scenario import wait_until
 PARTITIONS = 4
 
 
-def new_topic(broker: EmbeddedBroker) -> str:
+def new_topic(broker: KafkaCluster) -> str:
     name = f"own-{uuid.uuid4().hex[:8]}.events"
     ensure_topics(broker.bootstrap, [TopicSpec(name, PARTITIONS)])
     return name
@@ -46,7 +46,7 @@ def new_topic(broker: EmbeddedBroker) -> str:
 
 @contextlib.contextmanager
 def handlers(
-    broker: EmbeddedBroker, topic: str, count: int, **options: Any
+    broker: KafkaCluster, topic: str, count: int, **options: Any
 ) -> Iterator[list[CommandHandler]]:
     """``count`` started handlers of the inventory service (or of ``aggregates=``) on
     ``topic``, closed afterwards."""
@@ -69,7 +69,7 @@ def handlers(
             handler.close()
 
 
-def events_in(broker: EmbeddedBroker, topic: str, partition: int) -> list[tuple[str, int]]:
+def events_in(broker: KafkaCluster, topic: str, partition: int) -> list[tuple[str, int]]:
     """(aggregate id, version) of every record of ``partition``, in offset order."""
     return [
         (key.decode(), int(dict(headers)[HEADER_VERSION]))
@@ -92,7 +92,7 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
 
 
 def test_a_new_owner_fences_the_old_one_and_continues_its_versions(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     topic = new_topic(broker)
 
@@ -147,7 +147,7 @@ class TakeOverBeforeCommit:
             self._producer = None
 
 
-def test_a_writer_fenced_mid_transaction_gives_its_partition_up(broker: EmbeddedBroker) -> None:
+def test_a_writer_fenced_mid_transaction_gives_its_partition_up(broker: KafkaCluster) -> None:
     """Kafka answers the commit with 'fenced'; Tansu lets it time out (outcome unknown). Either
     way the old writer keeps nothing in memory and releases the partition, and the new owner's
     state is what a replay of the partition gives."""
@@ -187,7 +187,7 @@ def test_a_writer_fenced_mid_transaction_gives_its_partition_up(broker: Embedded
 
 
 def test_a_partition_fenced_by_another_writer_is_taken_again_only_after_the_fenced_wait(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     """Fenced, the old writer's instance may have stood still and lost the partition: taking it
     at once would fence the new owner in turn, so the cluster gets the wait to say so."""
@@ -218,7 +218,7 @@ def test_a_partition_fenced_by_another_writer_is_taken_again_only_after_the_fenc
 
 
 def test_no_partition_is_taken_while_the_cluster_view_is_not_current(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     """An instance that stood still may have lost its partitions without knowing yet: opening
     a writer then would fence the new owner's."""
@@ -240,7 +240,7 @@ def test_no_partition_is_taken_while_the_cluster_view_is_not_current(
             partitions.close()
 
 
-def test_concurrent_commands_expecting_one_version_append_once(broker: EmbeddedBroker) -> None:
+def test_concurrent_commands_expecting_one_version_append_once(broker: KafkaCluster) -> None:
     topic = new_topic(broker)
 
     async def scenario() -> None:
@@ -270,7 +270,7 @@ def test_concurrent_commands_expecting_one_version_append_once(broker: EmbeddedB
 
 
 def test_revoke_stops_commands_and_assign_replays_the_same_versions(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     topic = new_topic(broker)
 
@@ -343,7 +343,7 @@ class Web:
 
 
 @pytest.fixture(scope="module")
-def web(broker: EmbeddedBroker) -> Iterator[Web]:
+def web(broker: KafkaCluster) -> Iterator[Web]:
     """The command routes on a real uvicorn (127.0.0.1, free port) over a handler owning all."""
     with handlers(broker, new_topic(broker), 1) as (handler,):
         handler.assign(range(PARTITIONS))

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.commands import AggregateUnreplayable, CommandHandler
 from foldstream.examples.inventory import service
 from foldstream.examples.inventory.domain import Product
@@ -28,7 +28,7 @@ def key_in(partition: int, prefix: str) -> str:
     )
 
 
-def started_handler(broker: EmbeddedBroker, topic: str, **settings: int) -> CommandHandler:
+def started_handler(broker: KafkaCluster, topic: str, **settings: int) -> CommandHandler:
     """A command handler of the inventory example on ``topic``, without an aggregate store."""
     handler = CommandHandler(
         aggregates=service.aggregates,
@@ -42,7 +42,7 @@ def started_handler(broker: EmbeddedBroker, topic: str, **settings: int) -> Comm
 
 
 def test_replay_skips_what_it_cannot_apply_and_only_that_aggregate_refuses_commands(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     topic = f"replay-{uuid.uuid4().hex[:8]}.events"
     ensure_topics(broker.bootstrap, [TopicSpec(topic, PARTITIONS)])
@@ -87,7 +87,7 @@ def test_replay_skips_what_it_cannot_apply_and_only_that_aggregate_refuses_comma
 
 
 def test_without_an_aggregate_store_a_replay_of_many_aggregates_keeps_them_all(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     """A command side without snapshots keeps every aggregate in memory: a replay past the
     number of aggregates after which a replay writes snapshots must neither fail nor drop

@@ -32,7 +32,7 @@ def test_every_flag_of_every_command_is_documented() -> None:
 
 
 def test_every_environment_variable_read_is_documented() -> None:
-    internal = {"FOLDSTREAM_PARENT_PID", "FOLDSTREAM_SERVE", "FOLDSTREAM_TANSU"}
+    internal = {"FOLDSTREAM_PARENT_PID", "FOLDSTREAM_SERVE"}
     read = {
         name
         for root in SOURCES

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from foldstream.broker import EmbeddedBroker, free_port
+from foldstream.broker import KafkaCluster, free_port
 from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import TopicSpec, consumer_config, ensure_topics, producer_config
@@ -37,7 +37,7 @@ def _reader_stops_at(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def test_a_probe_reads_past_the_reported_end_of_a_batch(broker: EmbeddedBroker) -> None:
+def test_a_probe_reads_past_the_reported_end_of_a_batch(broker: KafkaCluster) -> None:
     """Tansu reports the end of a 10-record batch as its base offset + 1."""
     ensure_topics(broker.bootstrap, [TopicSpec("probed.batch", 1)])
     producer = Producer(producer_config(broker.bootstrap, linger_ms=50))
@@ -52,7 +52,7 @@ def test_a_probe_reads_past_the_reported_end_of_a_batch(broker: EmbeddedBroker) 
         ends.close()
 
 
-def test_every_partition_has_its_end_empty_or_of_many_batches(broker: EmbeddedBroker) -> None:
+def test_every_partition_has_its_end_empty_or_of_many_batches(broker: KafkaCluster) -> None:
     ensure_topics(broker.bootstrap, [TopicSpec("probed.many", 3)])
     producer = Producer(producer_config(broker.bootstrap, linger_ms=5))
     for _ in range(40):
@@ -65,7 +65,7 @@ def test_every_partition_has_its_end_empty_or_of_many_batches(broker: EmbeddedBr
         ends.close()
 
 
-def test_without_a_probe_the_last_ends_are_given(broker: EmbeddedBroker) -> None:
+def test_without_a_probe_the_last_ends_are_given(broker: KafkaCluster) -> None:
     ensure_topics(broker.bootstrap, [TopicSpec("probed.last", 1)])
     producer = Producer(producer_config(broker.bootstrap, linger_ms=5))
     _produce(producer, "probed.last", 0, 3)
@@ -90,7 +90,7 @@ def test_an_unreachable_cluster_is_an_error_within_the_timeout() -> None:
         ends.close()
 
 
-def test_an_open_transaction_ends_where_a_reader_can_read(broker: EmbeddedBroker) -> None:
+def test_an_open_transaction_ends_where_a_reader_can_read(broker: KafkaCluster) -> None:
     """Reading committed records only, a reader stops at the last stable offset, below an open
     transaction (on Kafka; Tansu gives its records at once): the probed end is where a reader
     reading the whole partition stops, not the high watermark past it."""
@@ -112,7 +112,7 @@ def test_an_open_transaction_ends_where_a_reader_can_read(broker: EmbeddedBroker
         writer.abort_transaction(30)
 
 
-def test_a_probe_slower_than_its_caller_still_lands(broker: EmbeddedBroker) -> None:
+def test_a_probe_slower_than_its_caller_still_lands(broker: KafkaCluster) -> None:
     """The lag meter waits 0.05 s for its probes: one that takes longer (a loaded machine, a
     far cluster) gives its ends to the next caller instead of being thrown away."""
     ensure_topics(broker.bootstrap, [TopicSpec("probed.slow", 1)])

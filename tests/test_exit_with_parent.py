@@ -113,8 +113,8 @@ def test_an_instance_stuck_on_sigterm_is_killed_with_its_processes() -> None:
 BROKER_OWNER = textwrap.dedent(
     """
     import time
-    from foldstream.broker import EmbeddedBroker
-    broker = EmbeddedBroker().start()
+    from foldstream.broker import KafkaCluster
+    broker = KafkaCluster().start()
     print(broker.pid, flush=True)
     time.sleep(120)
     """

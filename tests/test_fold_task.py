@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.changelog import SOURCE_ID_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
@@ -69,7 +69,7 @@ def events(partition: int, offsets: range) -> Fetch:
     return {partition: list(zip(offsets, records, strict=True))}
 
 
-def fold_options(broker: EmbeddedBroker, host: StoreHost) -> dict[str, str]:
+def fold_options(broker: KafkaCluster, host: StoreHost) -> dict[str, str]:
     """The options of a task folding into ``host``'s ``stock``, with a changelog topic of its
     own."""
     changelog = f"fold-{uuid.uuid4().hex[:8]}.changelog"
@@ -83,7 +83,7 @@ def fold_options(broker: EmbeddedBroker, host: StoreHost) -> dict[str, str]:
     }
 
 
-def run_task(broker: EmbeddedBroker, host: StoreHost, fetches: list[Fetch]) -> str:
+def run_task(broker: KafkaCluster, host: StoreHost, fetches: list[Fetch]) -> str:
     options = fold_options(broker, host)
     assert fold_task.fold_task(options, iter(fetches), dict) == {
         p: (
@@ -104,7 +104,7 @@ def on_hand(host: StoreHost, partition: int) -> int:
 
 
 def test_a_task_of_several_partitions_commits_each_after_its_changelog_records_landed(
-    broker: EmbeddedBroker, host: StoreHost
+    broker: KafkaCluster, host: StoreHost
 ) -> None:
     fetches = [events(p, range(10 * p, 10 * p + 4 + p)) for p in range(PARTITIONS)]
     changelog = run_task(broker, host, fetches)
@@ -122,7 +122,7 @@ def test_a_task_of_several_partitions_commits_each_after_its_changelog_records_l
 
 
 def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
-    broker: EmbeddedBroker, host: StoreHost, monkeypatch: pytest.MonkeyPatch
+    broker: KafkaCluster, host: StoreHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(fold_task, "FOLD_CHUNK_RECORDS", 5)
     # Partition 0 arrives in two chunks, with partition 1's records between them.
@@ -134,7 +134,7 @@ def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
 
 
 def test_changelog_records_say_which_source_topic_they_were_folded_from(
-    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path
+    broker: KafkaCluster, host: StoreHost, tmp_path: Path
 ) -> None:
     # Partition 0's state is stamped as built from a source topic of id "src-id"; partition 1
     # has no id (an earlier foldstream, a broker without ids): its records carry none.
@@ -152,7 +152,7 @@ def test_changelog_records_say_which_source_topic_they_were_folded_from(
 
 
 def test_a_task_reports_the_time_of_each_step_to_the_store_host(
-    broker: EmbeddedBroker, host: StoreHost, reports: list[tuple[str, dict[str, float], int]]
+    broker: KafkaCluster, host: StoreHost, reports: list[tuple[str, dict[str, float], int]]
 ) -> None:
     run_task(broker, host, [events(p, range(0, 5)) for p in range(PARTITIONS)])
     [(store, steps, records)] = reports
@@ -164,7 +164,7 @@ def test_a_task_reports_the_time_of_each_step_to_the_store_host(
 
 
 def test_a_task_of_a_shared_query_folds_each_store_from_its_own_offset(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     reports: list[tuple[str, dict[str, float], int]] = []
     host = StoreHost(
@@ -211,7 +211,7 @@ def test_a_task_of_a_shared_query_folds_each_store_from_its_own_offset(
 
 
 def test_the_reader_folds_what_it_fetches_or_was_planned_with_and_yields_a_row_per_partition(
-    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path
+    broker: KafkaCluster, host: StoreHost, tmp_path: Path
 ) -> None:
     topic = f"fold-{uuid.uuid4().hex[:8]}"
     ensure_topics(broker.bootstrap, [TopicSpec(topic, PARTITIONS)])

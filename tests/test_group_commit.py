@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.commands import CommandResult
 from foldstream.domain.records import HEADER_VERSION
 from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
@@ -23,7 +23,7 @@ from tests.test_command_ownership import (
 
 
 def test_concurrent_commands_share_transactions_and_each_gets_its_own_offset(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     topic = new_topic(broker)
 
@@ -54,7 +54,7 @@ def test_concurrent_commands_share_transactions_and_each_gets_its_own_offset(
 
 
 def test_a_failed_transaction_fails_every_command_in_it_and_after_it(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     topic = new_topic(broker)
 

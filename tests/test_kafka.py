@@ -7,13 +7,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from foldstream.broker import EmbeddedBroker, free_port
+from foldstream.broker import KafkaCluster, free_port
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
 from foldstream.offsets import EndOffsets
 
 
-def test_producer_partitions_like_the_router(broker: EmbeddedBroker) -> None:
+def test_producer_partitions_like_the_router(broker: KafkaCluster) -> None:
     ensure_topics(broker.bootstrap, [TopicSpec("router.check", 6)])
     producer = Producer(producer_config(broker.bootstrap))
     delivered: list[tuple[bytes, int]] = []
@@ -31,7 +31,7 @@ def test_producer_partitions_like_the_router(broker: EmbeddedBroker) -> None:
     assert len({p for _, p in delivered}) == 6
 
 
-def test_topics_are_provisioned_idempotently(broker: EmbeddedBroker) -> None:
+def test_topics_are_provisioned_idempotently(broker: KafkaCluster) -> None:
     specs = [TopicSpec("prov.events", 3), TopicSpec("prov.store.changelog", 3, compact=True)]
     ensure_topics(broker.bootstrap, specs)
     ensure_topics(broker.bootstrap, specs)
@@ -43,7 +43,7 @@ def test_topics_are_provisioned_idempotently(broker: EmbeddedBroker) -> None:
         ensure_topics(broker.bootstrap, [TopicSpec("prov.events", 4)])
 
 
-def test_end_offsets_include_the_whole_last_batch(broker: EmbeddedBroker) -> None:
+def test_end_offsets_include_the_whole_last_batch(broker: KafkaCluster) -> None:
     """Brokers may report the end of a multi-record batch too early; the tracker must not."""
     ensure_topics(broker.bootstrap, [TopicSpec("ends.check", 1)])
     producer = Producer(producer_config(broker.bootstrap, linger_ms=50))

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 
 from foldstream import kafka_client
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.errors import ConfigurationError
 from foldstream.examples.inventory import service as inventory
 from foldstream.kafka import TopicSpec, ensure_topics, read_to_end
@@ -48,9 +48,9 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
 
 
 @pytest.fixture
-def fresh_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+def fresh_broker(tmp_path: Path) -> Iterator[KafkaCluster]:
     """A broker of its own: the service's topics exist on the session's after other tests."""
-    with EmbeddedBroker(log_path=tmp_path / "tansu.log") as running:
+    with KafkaCluster(data_dir=tmp_path / "kafka") as running:
         yield running
 
 
@@ -139,7 +139,7 @@ def test_rejected_credentials_stop_an_instance_at_once(tmp_path: Path) -> None:
 
 
 def test_no_create_topics_names_the_missing_topics_and_how_to_create_them(
-    fresh_broker: EmbeddedBroker, tmp_path: Path
+    fresh_broker: KafkaCluster, tmp_path: Path
 ) -> None:
     _, log = _failed_start(
         fresh_broker.bootstrap,
@@ -185,7 +185,7 @@ def _spec_of(command: str) -> TopicSpec:
 
 
 def test_topics_are_created_with_the_replication_and_min_insync_asked(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     """Tansu keeps one copy whatever is asked, but reports the replicas it was asked for."""
     settings = Settings(
@@ -206,7 +206,7 @@ def test_topics_are_created_with_the_replication_and_min_insync_asked(
         assert future.result(timeout=10)["min.insync.replicas"].value == "2", resource.name
 
 
-def test_a_changelog_that_is_not_compacted_is_refused(broker: EmbeddedBroker) -> None:
+def test_a_changelog_that_is_not_compacted_is_refused(broker: KafkaCluster) -> None:
     ensure_topics(
         broker.bootstrap,
         [TopicSpec("uncompacted.stock.changelog", 2, config={"cleanup.policy": "delete"})],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.cluster.lag import LagMeter, partition_lag, unmeasured
 from foldstream.cluster.node import _copy_lag
@@ -48,7 +48,7 @@ class _KnownEnds:
 
 
 def test_the_aggregate_store_is_never_behind_the_events_another_writer_appends(
-    tmp_path: Path, broker: EmbeddedBroker
+    tmp_path: Path, broker: KafkaCluster
 ) -> None:
     """The command side writes the aggregate store as it appends and replays past its
     position on takeover: events another writer appended since are nothing to catch up on,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.domain import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.examples.inventory import service as inventory
@@ -67,7 +67,7 @@ def host(tmp_path: Path, reports: Reports) -> Iterator[StoreHost]:
     host.stop()
 
 
-def options(broker: EmbeddedBroker, host: StoreHost, store: str) -> dict[str, str]:
+def options(broker: KafkaCluster, host: StoreHost, store: str) -> dict[str, str]:
     """A task's options folding into ``store`` of ``host``, with changelog and dead-letter
     topics of its own."""
     prefix = f"poison-{uuid.uuid4().hex[:8]}.{store}"
@@ -101,7 +101,7 @@ def run(task: dict[str, str], fetches: list[dict[int, Records]]) -> dict[int, tu
     return fold_task.fold_task(task, iter(fetches), dict)
 
 
-def dead_letters(broker: EmbeddedBroker, task: dict[str, str]) -> list[tuple]:  # type: ignore[type-arg]
+def dead_letters(broker: KafkaCluster, task: dict[str, str]) -> list[tuple]:  # type: ignore[type-arg]
     return read_topic(broker.bootstrap, topic_of(task, "dead_letter_topic"), PARTITIONS)
 
 
@@ -138,7 +138,7 @@ SHIPMENT = b"foldstream.examples.inventory.domain:Product.ShipmentReceived"
 
 
 def test_records_that_are_no_event_of_the_service_are_dead_lettered_and_the_store_moves_on(
-    broker: EmbeddedBroker, host: StoreHost, reports: Reports
+    broker: KafkaCluster, host: StoreHost, reports: Reports
 ) -> None:
     created, shipped, shipped_again = product_events("p0", 1, 1)
     timestamp = json.dumps(json.loads(shipped.value or b"{}")["timestamp"]).encode()
@@ -184,7 +184,7 @@ def test_records_that_are_no_event_of_the_service_are_dead_lettered_and_the_stor
 
 
 def test_a_sum_too_large_to_encode_is_dead_lettered_and_the_key_keeps_its_value(
-    broker: EmbeddedBroker, host: StoreHost
+    broker: KafkaCluster, host: StoreHost
 ) -> None:
     records = list(enumerate(product_events("big", HUGE, HUGE)))
     task = options(broker, host, "stock")
@@ -197,7 +197,7 @@ def test_a_sum_too_large_to_encode_is_dead_lettered_and_the_key_keeps_its_value(
 
 
 def test_a_chunk_of_poison_records_only_moves_the_stored_offset(
-    broker: EmbeddedBroker, host: StoreHost
+    broker: KafkaCluster, host: StoreHost
 ) -> None:
     task = options(broker, host, "stock")
     garbage = [(offset, EventRecord(b"k", b"?", ())) for offset in (3, 4)]
@@ -219,7 +219,7 @@ def attempts(tmp_path: Path, store: str) -> int:
 
 
 def test_a_record_that_fails_twice_is_applied_on_its_third_attempt(
-    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path, reports: Reports
+    broker: KafkaCluster, host: StoreHost, tmp_path: Path, reports: Reports
 ) -> None:
     task = options(broker, host, "flaky")
     value = plan(tmp_path, flaky=2)
@@ -231,7 +231,7 @@ def test_a_record_that_fails_twice_is_applied_on_its_third_attempt(
 
 
 def test_the_skip_policy_moves_past_a_record_without_dead_lettering_it(
-    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path, reports: Reports
+    broker: KafkaCluster, host: StoreHost, tmp_path: Path, reports: Reports
 ) -> None:
     task = options(broker, host, "flaky_skipped")
     records = [
@@ -250,7 +250,7 @@ def test_the_skip_policy_moves_past_a_record_without_dead_lettering_it(
 
 
 def test_the_stop_policy_stops_one_partition_after_committing_what_came_before(
-    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path, reports: Reports
+    broker: KafkaCluster, host: StoreHost, tmp_path: Path, reports: Reports
 ) -> None:
     store, task = "flaky_stopped", options(broker, host, "flaky_stopped")
     poison = EventRecord(b"k", plan(tmp_path, flaky_stopped=3), ())
@@ -281,7 +281,7 @@ def test_the_stop_policy_stops_one_partition_after_committing_what_came_before(
 
 
 def test_an_infrastructure_error_fails_the_task_and_moves_past_no_record(
-    broker: EmbeddedBroker, host: StoreHost, tmp_path: Path
+    broker: KafkaCluster, host: StoreHost, tmp_path: Path
 ) -> None:
     outage = tmp_path / "outage"
     outage.touch()
@@ -298,7 +298,7 @@ def test_an_infrastructure_error_fails_the_task_and_moves_past_no_record(
 
 
 def test_a_poison_record_is_dead_lettered_whole_or_without_what_makes_it_too_large(
-    broker: EmbeddedBroker, host: StoreHost
+    broker: KafkaCluster, host: StoreHost
 ) -> None:
     task = options(broker, host, "flaky")
     large = b'"' + b"x" * 999_898 + b'"'  # fits a record, not with the error's headers too
@@ -330,7 +330,7 @@ def test_an_error_header_is_valid_utf8_of_bounded_length() -> None:
 
 
 def test_a_value_too_large_for_the_changelog_is_a_poison_record(
-    broker: EmbeddedBroker, host: StoreHost
+    broker: KafkaCluster, host: StoreHost
 ) -> None:
     task = options(broker, host, "flaky")
     huge = b'"' + b"x" * MAX_VALUE_BYTES + b'"'

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from foldstream.broker import EmbeddedBroker, free_port
+from foldstream.broker import KafkaCluster, free_port
 from foldstream.changelog import (
     BATCH_END_HEADER,
     EPOCH_HEADER,
@@ -75,7 +75,7 @@ def test_a_changelog_created_again_is_whole_for_what_it_holds() -> None:
 # -- on a real broker -------------------------------------------------------------------------
 
 
-def _topics(broker: EmbeddedBroker, partitions: int = 1) -> StoreLayout:
+def _topics(broker: KafkaCluster, partitions: int = 1) -> StoreLayout:
     name = f"stale-{uuid.uuid4().hex[:8]}"
     layout = StoreLayout(f"{name}.events", f"{name}.changelog")
     ensure_topics(broker.bootstrap, _specs(layout, partitions))
@@ -89,7 +89,7 @@ def _specs(layout: StoreLayout, partitions: int) -> list[TopicSpec]:
     ]
 
 
-def _produce(broker: EmbeddedBroker, topic: str, count: int, partition: int = 0) -> None:
+def _produce(broker: KafkaCluster, topic: str, count: int, partition: int = 0) -> None:
     producer = Producer(producer_config(broker.bootstrap))
     for n in range(count):
         producer.produce(topic, key=b"k%d" % n, value=b"v", partition=partition)
@@ -97,7 +97,7 @@ def _produce(broker: EmbeddedBroker, topic: str, count: int, partition: int = 0)
 
 
 def _batch(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
     layout: StoreLayout,
     values: dict[bytes, bytes],
     *,
@@ -126,7 +126,7 @@ def _batch(
     assert producer.flush(30) == 0
 
 
-def _restore(broker: EmbeddedBroker, state_dir: Path, layout: StoreLayout, p: int = 0) -> int:
+def _restore(broker: KafkaCluster, state_dir: Path, layout: StoreLayout, p: int = 0) -> int:
     return restore(
         bootstrap=broker.bootstrap, state_dir=state_dir, store="s", layout=layout, partition=p
     )
@@ -151,14 +151,14 @@ def _discarded(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-def _built(broker: EmbeddedBroker, tmp_path: Path, layout: StoreLayout) -> None:
+def _built(broker: KafkaCluster, tmp_path: Path, layout: StoreLayout) -> None:
     """A copy of ``layout``'s partition 0 restored from a batch folded from source offset 2."""
     _produce(broker, layout.source_topic, 3)
     _batch(broker, layout, {b"a": b"a@2", b"b": b"b@2"}, source_offset=2)
     assert _restore(broker, tmp_path, layout) == 2
 
 
-def _outlived(broker: EmbeddedBroker, tmp_path: Path) -> StoreLayout:
+def _outlived(broker: KafkaCluster, tmp_path: Path) -> StoreLayout:
     """Topics whose copy (:func:`_built`) outlived them: both deleted and created again."""
     layout = _topics(broker)
     _built(broker, tmp_path, layout)
@@ -167,7 +167,7 @@ def _outlived(broker: EmbeddedBroker, tmp_path: Path) -> StoreLayout:
 
 
 def test_positions_past_a_partitions_end_are_told_from_those_within(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     layout = _topics(broker, partitions=2)
     _produce(broker, layout.source_topic, 5)  # partition 0 holds offsets 0..4, 1 is empty
@@ -185,7 +185,7 @@ def test_positions_past_a_partitions_end_are_told_from_those_within(
     assert positions_within(broker.bootstrap, {(topic, 0): 6}) == {(topic, 0): False}
 
 
-def test_a_topic_created_again_has_another_id(broker: EmbeddedBroker) -> None:
+def test_a_topic_created_again_has_another_id(broker: KafkaCluster) -> None:
     layout = _topics(broker)
     before = topic_ids(broker.bootstrap, [layout.source_topic, "stale-no-such-topic"])
     assert list(before) == [layout.source_topic] and before[layout.source_topic]
@@ -194,7 +194,7 @@ def test_a_topic_created_again_has_another_id(broker: EmbeddedBroker) -> None:
 
 
 def test_a_copy_of_topics_created_again_is_rebuilt_from_the_new_ones(
-    broker: EmbeddedBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    broker: KafkaCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     layout = _outlived(broker, tmp_path)
     _produce(broker, layout.source_topic, 1)
@@ -209,7 +209,7 @@ def test_a_copy_of_topics_created_again_is_rebuilt_from_the_new_ones(
 
 
 def test_refused_copies_stay_and_the_error_names_the_state_directory_and_the_fix(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _outlived(broker, tmp_path)
     refusing = StoreLayout(layout.source_topic, layout.changelog_topic, OnStaleState.refuse)
@@ -223,7 +223,7 @@ def test_refused_copies_stay_and_the_error_names_the_state_directory_and_the_fix
 
 
 def test_a_changelog_that_outlived_its_source_topic_is_never_applied_again(
-    broker: EmbeddedBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    broker: KafkaCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     layout = _topics(broker)
     _built(broker, tmp_path / "owner", layout)
@@ -240,7 +240,7 @@ def test_a_changelog_that_outlived_its_source_topic_is_never_applied_again(
 
 
 def test_old_changelog_records_that_do_not_say_their_source_topic_are_refused(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _topics(broker)
     _produce(broker, layout.source_topic, 3)
@@ -258,7 +258,7 @@ def test_old_changelog_records_that_do_not_say_their_source_topic_are_refused(
 
 
 def test_a_copy_of_an_earlier_foldstream_ahead_of_empty_topics_is_rebuilt(
-    broker: EmbeddedBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    broker: KafkaCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A broker that came back empty: no ids stamped, the positions alone tell.
     layout = _topics(broker)
@@ -274,7 +274,7 @@ def test_a_copy_of_an_earlier_foldstream_ahead_of_empty_topics_is_rebuilt(
 
 
 def test_a_standby_copy_of_topics_created_again_follows_the_new_changelog(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _outlived(broker, tmp_path)
     _batch(broker, layout, {b"c": b"c@0"}, source_offset=0)
@@ -293,7 +293,7 @@ def test_a_standby_copy_of_topics_created_again_follows_the_new_changelog(
 
 
 def test_the_startup_check_refuses_all_stale_copies_in_one_error_or_rebuilds_them(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _topics(broker, partitions=2)
     for p in (0, 1):
@@ -311,7 +311,7 @@ def test_the_startup_check_refuses_all_stale_copies_in_one_error_or_rebuilds_the
 
 
 def test_the_startup_check_leaves_a_copy_held_open_elsewhere_to_its_next_open(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     layout = _outlived(broker, tmp_path)
     copy = layout.local_copy(tmp_path, "s", 0)
@@ -334,7 +334,7 @@ def test_serve_told_to_refuse_stops_before_serving_with_one_error_line(tmp_path:
     writer.write({b"sku-1": b'{"on_hand": 5}'}, 4, changelog_offset=1, changelog_epoch=1)
     writer.stamp_topic_ids("an-earlier-id", "another-earlier-id")
     writer.close()
-    with EmbeddedBroker() as own:  # the inventory topics of the session broker stay untouched
+    with KafkaCluster() as own:  # the inventory topics of the session broker stay untouched
         finished = subprocess.run(
             [sys.executable, "-m", "foldstream", "serve", "--port", str(free_port())]
             + ["--state-dir", str(state_dir), "--on-stale-state", "refuse"],

@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from starlette.applications import Starlette
 
 from foldstream.auth import RequireCredentials
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.changelog import StoreCatalog, StoreLayout
 from foldstream.cluster.map import ClusterMap
 from foldstream.cluster.rebuilds import RebuildConflict, RebuildRefused, Rebuilds, rebuilt_stores
@@ -164,7 +164,7 @@ class _Refusals:
 
 
 @pytest.fixture
-def rebuilds(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[Rebuilds]:
+def rebuilds(tmp_path: Path, broker: KafkaCluster) -> Iterator[Rebuilds]:
     layouts = {"stock": StoreLayout(EVENTS, "versioned.stock.changelog")}
     topic = f"rebuilds-{tmp_path.name}.cluster"
     ensure_topics(broker.bootstrap, [TopicSpec(topic, 1, compact=True)])
@@ -185,7 +185,7 @@ def rebuilds(tmp_path: Path, broker: EmbeddedBroker) -> Iterator[Rebuilds]:
 
 
 def test_forged_or_malformed_requests_add_nothing_and_are_counted(
-    rebuilds: Rebuilds, broker: EmbeddedBroker
+    rebuilds: Rebuilds, broker: KafkaCluster
 ) -> None:
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     records = [
@@ -207,7 +207,7 @@ def test_forged_or_malformed_requests_add_nothing_and_are_counted(
 
 
 def test_requests_naming_ever_new_stores_are_invalid_past_a_bound(
-    rebuilds: Rebuilds, broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+    rebuilds: Rebuilds, broker: KafkaCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("foldstream.cluster.map.MAX_REBUILT_STORES", 3)
     producer = Producer({"bootstrap.servers": broker.bootstrap})

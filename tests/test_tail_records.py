@@ -11,7 +11,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.offsets import EndOffsets, KeptRecords, TailRecord
 from foldstream.projections.chunks import records_of_messages, records_of_planned
@@ -24,13 +24,13 @@ from foldstream.projections.source import (
 )
 
 
-def new_topic(broker: EmbeddedBroker, partitions: int = 2) -> str:
+def new_topic(broker: KafkaCluster, partitions: int = 2) -> str:
     topic = f"tail-{uuid.uuid4().hex[:8]}"
     ensure_topics(broker.bootstrap, [TopicSpec(topic, partitions)])
     return topic
 
 
-def produce(broker: EmbeddedBroker, topic: str, partition: int, count: int, tag: str) -> None:
+def produce(broker: KafkaCluster, topic: str, partition: int, count: int, tag: str) -> None:
     producer = Producer(producer_config(broker.bootstrap, linger_ms=5))
     for n in range(count):
         producer.produce(
@@ -43,7 +43,7 @@ def produce(broker: EmbeddedBroker, topic: str, partition: int, count: int, tag:
     assert producer.flush(30) == 0
 
 
-def produce_transaction(broker: EmbeddedBroker, topic: str, partition: int, count: int) -> None:
+def produce_transaction(broker: KafkaCluster, topic: str, partition: int, count: int) -> None:
     """``count`` records in one committed transaction: its marker takes an offset of its own."""
     producer = Producer(
         producer_config(broker.bootstrap, **{"transactional.id": f"tail-{uuid.uuid4().hex}"})
@@ -66,7 +66,7 @@ def reached(ends: EndOffsets, wanted: dict[int, int], timeout: float = 20.0) -> 
     return now
 
 
-def read(broker: EmbeddedBroker, topic: str, spans: list[KafkaRange]) -> list[TailRecord]:
+def read(broker: KafkaCluster, topic: str, spans: list[KafkaRange]) -> list[TailRecord]:
     """What a task's fetch of ``spans`` gives, as the tail keeps records."""
     return [
         TailRecord(m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1])
@@ -75,7 +75,7 @@ def read(broker: EmbeddedBroker, topic: str, spans: list[KafkaRange]) -> list[Ta
     ]
 
 
-def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: EmbeddedBroker) -> None:
+def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: KafkaCluster) -> None:
     topic = new_topic(broker)
     produce(broker, topic, 0, 5, "before")  # before the tail started: never kept
     ends = EndOffsets(broker.bootstrap, topic, [0, 1], keep_records=100)
@@ -102,7 +102,7 @@ def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: Embedded
         ends.close()
 
 
-def test_only_the_newest_records_are_kept_past_the_limit(broker: EmbeddedBroker) -> None:
+def test_only_the_newest_records_are_kept_past_the_limit(broker: KafkaCluster) -> None:
     topic = new_topic(broker, 1)
     ends = EndOffsets(broker.bootstrap, topic, [0], keep_records=4)
     try:
@@ -125,7 +125,7 @@ def kept(ends: EndOffsets, partition: int, start: int, end: int) -> list[TailRec
     return found
 
 
-def test_a_partition_far_past_its_floor_is_paused_and_probed(broker: EmbeddedBroker) -> None:
+def test_a_partition_far_past_its_floor_is_paused_and_probed(broker: KafkaCluster) -> None:
     """Records more than the kept number past the floor could not be served: the tail stops
     reading them, still knows the end, and reads on from the floor once it came near."""
     topic = new_topic(broker, 1)
@@ -154,7 +154,7 @@ def test_a_partition_far_past_its_floor_is_paused_and_probed(broker: EmbeddedBro
 
 
 def test_a_partition_paused_before_it_was_read_to_its_end_has_its_end(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
 ) -> None:
     """A projection starting from 0 on a topic with history: its floor is 0 before the tail,
     starting at the reported end (Tansu's lies in the last batch), read to the end."""
@@ -172,7 +172,7 @@ def test_a_partition_paused_before_it_was_read_to_its_end_has_its_end(
         ends.close()
 
 
-def test_a_partition_no_longer_kept_reads_on_from_its_end(broker: EmbeddedBroker) -> None:
+def test_a_partition_no_longer_kept_reads_on_from_its_end(broker: KafkaCluster) -> None:
     topic = new_topic(broker, 2)
     ends = EndOffsets(broker.bootstrap, topic, [0, 1], keep_records=4)
     try:
@@ -193,7 +193,7 @@ def test_a_partition_no_longer_kept_reads_on_from_its_end(broker: EmbeddedBroker
 
 
 def test_a_small_micro_batch_is_planned_with_its_records(
-    broker: EmbeddedBroker, tmp_path: Path
+    broker: KafkaCluster, tmp_path: Path
 ) -> None:
     topic = new_topic(broker)
     owned = tmp_path / "owned.json"

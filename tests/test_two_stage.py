@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.domain import EventCodec
 from foldstream.domain.records import EventRecord
 from foldstream.examples.charts import TOP, Song
@@ -39,7 +39,7 @@ SERVICE: Service = load_service("foldstream.examples.charts:service")
 
 
 @pytest.fixture
-def events_topic(broker: EmbeddedBroker) -> str:
+def events_topic(broker: KafkaCluster) -> str:
     """A fresh events topic name, and its ``top5`` repartition topic on the broker."""
     events = f"charts-{uuid.uuid4().hex[:8]}.events"
     ensure_topics(broker.bootstrap, [TopicSpec(repartition_topic(events, "top5"), REPARTITIONS)])
@@ -47,7 +47,7 @@ def events_topic(broker: EmbeddedBroker) -> str:
 
 
 @pytest.fixture
-def producer(broker: EmbeddedBroker) -> Iterator[Producer]:
+def producer(broker: KafkaCluster) -> Iterator[Producer]:
     producer = Producer(producer_config(broker.bootstrap))
     yield producer
     producer.flush(10)
@@ -166,7 +166,7 @@ def charts(records: Records) -> dict[str, Any]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_crashes_and_a_zombie_apply_every_change_once(
-    broker: EmbeddedBroker, events_topic: str, producer: Producer, tmp_path: Path, seed: int
+    broker: KafkaCluster, events_topic: str, producer: Producer, tmp_path: Path, seed: int
 ) -> None:
     records = song_events(songs=9, plays=60, seed=seed)
     owner, zombie = tmp_path / "owner", tmp_path / "zombie"
@@ -188,7 +188,7 @@ def test_crashes_and_a_zombie_apply_every_change_once(
 
 @pytest.mark.parametrize("seed", [4, 5])
 def test_records_after_a_lost_send_wait_for_it(
-    broker: EmbeddedBroker, events_topic: str, producer: Producer, tmp_path: Path, seed: int
+    broker: KafkaCluster, events_topic: str, producer: Producer, tmp_path: Path, seed: int
 ) -> None:
     """A send lost in the middle of a task's sends (its task then fails, and its retry sends
     it and those after it again): the records after the gap are skipped, then applied once in
@@ -217,7 +217,7 @@ def partition_of(key: str) -> int:
 
 
 def test_forwarded_records_name_their_origin(
-    broker: EmbeddedBroker, events_topic: str, producer: Producer, tmp_path: Path
+    broker: KafkaCluster, events_topic: str, producer: Producer, tmp_path: Path
 ) -> None:
     records = song_events(songs=3, plays=5, seed=0)
     stage_one(tmp_path / "owner", events_topic, records, producer, commit=True)
@@ -232,7 +232,7 @@ def test_forwarded_records_name_their_origin(
 
 
 def test_a_rekey_function_that_raises_names_store_topic_partition_and_offset(
-    broker: EmbeddedBroker, producer: Producer
+    broker: KafkaCluster, producer: Producer
 ) -> None:
     from foldstream.projections import Events, Join
     from foldstream.projections.emit import Emitter, targets_of

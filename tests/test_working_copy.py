@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.commands import CommandHandler
 from foldstream.commands.working_copy import working_copy
 from foldstream.domain import Aggregate, DomainRuleViolation, command, event
@@ -109,7 +109,7 @@ def test_objects_with_their_own_state_hooks_are_deep_copied(cls: type) -> None:
     assert type(copy.deepcopy(original)) is type(copied)
 
 
-def test_a_command_failing_after_its_event_leaves_no_trace(broker: EmbeddedBroker) -> None:
+def test_a_command_failing_after_its_event_leaves_no_trace(broker: KafkaCluster) -> None:
     handler = CommandHandler(
         aggregates={"basket": Basket},
         bootstrap=broker.bootstrap,

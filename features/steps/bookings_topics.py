@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.testing.kafka import delete_topics_where
 
 
 @pytest.fixture(scope="module")
-def empty_bookings_topics(broker: EmbeddedBroker) -> None:
+def empty_bookings_topics(broker: KafkaCluster) -> None:
     """The bookings features write railway.bookings with event times of their own: each module
     starts on empty topics of the bookings service, whatever another module wrote on this broker
     before (records later than its own would make its windows late)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pytest_bdd import parsers, then, when
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.process import InstanceProcess, http
 from foldstream.testing.poison_steps import Written, write
 from foldstream.testing.steps import wait_until
@@ -39,7 +39,7 @@ def attempt_markers(tmp_path: Path) -> Path:
     )
 )
 def failing_record(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
     attempt_markers: Path,
     written: dict[str, list[Written]],
     key: str,

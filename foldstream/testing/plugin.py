@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.process import InstanceProcess, wait_cluster_stable
 
 # The opt-in cluster plugin's modules are imported by sentences loaded here: their asserts are
@@ -120,10 +120,11 @@ class InstancePool:
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """The embedded broker (Tansu) on a free 127.0.0.1 port, for the whole session."""
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with EmbeddedBroker(log_path=log) as running:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """An Apache Kafka node on free 127.0.0.1 ports, for the whole session (its logs, and
+    ``node-1/server.log``, under the session's temporary directory)."""
+    data = tmp_path_factory.mktemp("kafka")
+    with KafkaCluster(data_dir=data) as running:
         yield running
 
 
@@ -144,7 +145,7 @@ def foldstream_partitions() -> int:
 
 @pytest.fixture(scope="module")
 def instances(
-    broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory, foldstream_partitions: int
+    broker: KafkaCluster, tmp_path_factory: pytest.TempPathFactory, foldstream_partitions: int
 ) -> Iterator[InstancePool]:
     """Running instances and clusters for this test module (starting an instance costs a JVM
     and Spark: ~15 s)."""

@@ -34,7 +34,7 @@ import pytest
 from confluent_kafka import Producer
 from pytest_bdd import given, parsers, then, when
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.kafka import partition_for, producer_config, read_to_end, topic_partitions
 from foldstream.kafka_client import admin_client
 from foldstream.process import InstanceProcess, http
@@ -198,13 +198,13 @@ def returns_huge(instance: InstanceProcess, store: str, field: str, key: str) ->
 
 @when(parsers.parse('a record with key "{key}" of "{topic}" has the value {value}'))
 def keyed_record(
-    broker: EmbeddedBroker, written: dict[str, list[Written]], key: str, topic: str, value: str
+    broker: KafkaCluster, written: dict[str, list[Written]], key: str, topic: str, value: str
 ) -> None:
     write(broker.bootstrap, written, topic, key.encode(), value.encode())
 
 
 @when(parsers.parse('a record without a key is written to "{topic}"'))
-def keyless_record(broker: EmbeddedBroker, written: dict[str, list[Written]], topic: str) -> None:
+def keyless_record(broker: KafkaCluster, written: dict[str, list[Written]], topic: str) -> None:
     write(broker.bootstrap, written, topic, None, b'{"text": "whose?"}')
 
 
@@ -212,7 +212,7 @@ def keyless_record(broker: EmbeddedBroker, written: dict[str, list[Written]], to
     parsers.parse('a record with key "{key}" of "{topic}" holds JSON nested {depth:d} levels deep')
 )
 def deep_record(
-    broker: EmbeddedBroker, written: dict[str, list[Written]], key: str, topic: str, depth: int
+    broker: KafkaCluster, written: dict[str, list[Written]], key: str, topic: str, depth: int
 ) -> None:
     write(broker.bootstrap, written, topic, key.encode(), b"[" * depth + b"]" * depth)
 
@@ -226,7 +226,7 @@ def stop_and_start(instance: InstanceProcess) -> None:
 
 
 @given(parsers.parse('"{first}" and "{second}" are in different partitions of "{topic}"'))
-def different_partitions(broker: EmbeddedBroker, first: str, second: str, topic: str) -> None:
+def different_partitions(broker: KafkaCluster, first: str, second: str, topic: str) -> None:
     count = topic_partitions(admin_client(broker.bootstrap), topic)
     assert count, f"topic {topic!r} does not exist"
     assert partition_for(first.encode(), count) != partition_for(second.encode(), count)

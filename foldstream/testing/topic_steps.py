@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from pytest_bdd import given, parsers, then, when
 
-from foldstream.broker import EmbeddedBroker
+from foldstream.broker import KafkaCluster
 from foldstream.kafka import Partitioner, TopicSpec, ensure_topics, partition_for, topic_partitions
 from foldstream.kafka_client import admin_client, client_config
 from foldstream.testing.kafka import kafka_python_config
@@ -19,13 +19,13 @@ from foldstream.times import to_epoch_ms
 
 
 @given(parsers.parse('the topic "{topic}" has {partitions:d} partitions'))
-def the_topic_exists(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
+def the_topic_exists(broker: KafkaCluster, topic: str, partitions: int) -> None:
     ensure_topics(broker.bootstrap, [TopicSpec(topic, partitions)])
 
 
 @when(parsers.parse('a "{client}" producer writes these records to "{topic}":'))
 def produce_records(
-    broker: EmbeddedBroker,
+    broker: KafkaCluster,
     scenario_state: ScenarioState,
     client: str,
     topic: str,
@@ -78,7 +78,7 @@ def produce_records(
     )
 )
 def landed_by_partitioner(
-    broker: EmbeddedBroker, scenario_state: ScenarioState, partitioner: Partitioner
+    broker: KafkaCluster, scenario_state: ScenarioState, partitioner: Partitioner
 ) -> None:
     assert scenario_state.produced, "no records were produced in this scenario"
     partitions = topic_partitions(admin_client(broker.bootstrap), scenario_state.produced_to)
