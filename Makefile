@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv demo test bench lint docs format clean
+.PHONY: venv demo test bench nemesis lint docs format clean
 
 venv:
 	@./scripts/ensure-venv.sh
@@ -21,6 +21,13 @@ test: venv
 
 bench: venv
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Faults injected into 3 Kafka nodes and 3 instances under load, the history checked
+# (docs/concepts/guarantees.md); as root, for the network partitions.
+SEED ?= 1
+DURATION ?= 600
+nemesis: venv
+	$(PY) -m tests.nemesis --seed $(SEED) --duration $(DURATION)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -130,9 +130,13 @@ class InstanceProcess:
         server: str = "uvicorn",
         env: Mapping[str, str] | None = None,
         args: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        launcher: Sequence[str] = (),
     ) -> None:
         """``env``: more environment variables for the instance (e.g. ``KAFKA_*`` client
-        properties); ``args``: more ``foldstream serve`` arguments."""
+        properties); ``args``: more ``foldstream serve`` arguments; ``host``: the address it
+        serves on, ``launcher``: what its command runs under (``ip netns exec NAME``: a host of
+        its own)."""
         self.bootstrap = bootstrap
         self.state_dir = Path(state_dir)
         self.service = service
@@ -147,11 +151,13 @@ class InstanceProcess:
         self.server = server
         self.env = dict(env or {})
         self.args = list(args)
+        self.host = host
+        self.launcher = list(launcher)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> InstanceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,12 +174,14 @@ class InstanceProcess:
     def _spawn(self, log: Any, env: dict[str, str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [
+                *self.launcher,
                 sys.executable,
                 "-m",
                 "foldstream",
                 "serve",
                 "--service",
                 self.service,
+                *(["--host", self.host] if self.host != "127.0.0.1" else []),
                 "--port",
                 str(self.port),
                 "--state-dir",

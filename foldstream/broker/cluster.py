@@ -44,6 +44,8 @@ class KafkaCluster:
     ``client_protocol`` is the security protocol of the client listener (also the brokers'
     own), ``format_args`` extra arguments of the storage tool's ``format`` (``--add-scram``),
     ``client_config`` what a client needs to reach it (checking that it answers).
+    ``hosts`` and ``launchers`` (one each per node) put each node on an address of its own,
+    its Java command run under its launcher (``ip netns exec NAME``: a network namespace).
     """
 
     def __init__(
@@ -59,6 +61,8 @@ class KafkaCluster:
         format_args: Sequence[str] = (),
         client_config: Mapping[str, Any] | None = None,
         advertised: Sequence[str] | None = None,
+        hosts: Sequence[str] | None = None,
+        launchers: Sequence[Sequence[str]] | None = None,
         log_level: str = "INFO",
         version: str = KAFKA_VERSION,
         progress: Callable[[str], None] | None = None,
@@ -78,8 +82,9 @@ class KafkaCluster:
                 client_port=clients[n],
                 controller_port=controllers[n],
                 directory=self.data_dir / f"node-{n + 1}",
-                host=host,
+                host=hosts[n] if hosts else host,
                 advertised=advertised[n] if advertised else None,
+                launcher=list(launchers[n]) if launchers else [],
                 client_protocol=client_protocol,
                 properties=dict(properties or {}),
             )
@@ -133,6 +138,8 @@ class KafkaCluster:
 
     def _check_ports_free(self) -> None:
         for spec in self._specs:
+            if spec.launcher:
+                continue  # its ports are another network namespace's
             for port in (spec.client_port, spec.controller_port):
                 with socket.socket() as sock:
                     # As Kafka binds: a port left in TIME_WAIT by a node stopped before is free.
@@ -217,7 +224,7 @@ class KafkaCluster:
             self.check_running()
             with socket.socket() as sock:
                 sock.settimeout(1.0)
-                if sock.connect_ex(("127.0.0.1", node.spec.client_port)) == 0:
+                if sock.connect_ex((node.spec.host, node.spec.client_port)) == 0:
                     return
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(

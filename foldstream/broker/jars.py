@@ -9,6 +9,7 @@ own. The cache holds one directory of jars per Kafka version, made complete befo
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -22,8 +23,10 @@ from foldstream.errors import EnvironmentNotReady
 
 KAFKA_VERSION = "4.4.0"
 # Kafka logs through SLF4J; this binding sends it to log4j2, which Kafka already depends on,
-# at the version of log4j-core that Kafka's release resolves to.
+# at the version of log4j-core that Kafka's release resolves to. The binding needs SLF4J 2's API
+# (Kafka's own dependencies resolve to 1.7, which finds no binding and logs nothing).
 LOG4J_VERSION = "2.25.5"
+SLF4J_VERSION = "2.0.17"
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 LIBS_ENV = "FOLDSTREAM_KAFKA_LIBS"
 CACHE_ENV = "FOLDSTREAM_CACHE_DIR"
@@ -40,6 +43,11 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
       <groupId>org.apache.kafka</groupId>
       <artifactId>kafka_2.13</artifactId>
       <version>{version}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.slf4j</groupId>
+      <artifactId>slf4j-api</artifactId>
+      <version>{slf4j}</version>
     </dependency>
     <dependency>
       <groupId>org.apache.logging.log4j</groupId>
@@ -76,14 +84,16 @@ def kafka_libs(
     explicit = os.environ.get(LIBS_ENV)
     if explicit:
         return _checked_libs(Path(explicit))
-    home = cache_root() / f"kafka-{version}"
+    pom = _POM.format(version=version, log4j=LOG4J_VERSION, slf4j=SLF4J_VERSION)
+    # Named for what the POM asks too: a changed POM fetches into a directory of its own.
+    home = cache_root() / f"kafka-{version}-{hashlib.sha256(pom.encode()).hexdigest()[:8]}"
     libs = home / "libs"
     if (libs / COMPLETE).exists():
         return libs
     home.mkdir(parents=True, exist_ok=True)
     with _locked(home / ".lock"):
         if not (libs / COMPLETE).exists():  # another process may have fetched them meanwhile
-            _fetch(version, home, libs, progress or _to_stderr)
+            _fetch(version, pom, home, libs, progress or _to_stderr)
     return libs
 
 
@@ -96,7 +106,7 @@ def _checked_libs(libs: Path) -> Path:
     return libs
 
 
-def _fetch(version: str, home: Path, libs: Path, progress: Callable[[str], None]) -> None:
+def _fetch(version: str, pom: str, home: Path, libs: Path, progress: Callable[[str], None]) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise EnvironmentNotReady(
@@ -104,7 +114,7 @@ def _fetch(version: str, home: Path, libs: Path, progress: Callable[[str], None]
             "and `mvn` was not found: install it (apt-get install maven), or set "
             f"{LIBS_ENV} to a directory of Kafka's jars"
         )
-    (home / "pom.xml").write_text(_POM.format(version=version, log4j=LOG4J_VERSION))
+    (home / "pom.xml").write_text(pom)
     partial = home / "libs.partial"
     shutil.rmtree(partial, ignore_errors=True)
     progress(f"fetching Apache Kafka {version} with Maven into {libs} (first use only)")

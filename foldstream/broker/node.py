@@ -63,6 +63,8 @@ class NodeSpec:
     advertised: str | None = None  # host:port clients are told to use, if not the listener's
     client_protocol: str = "PLAINTEXT"
     properties: Mapping[str, str] = field(default_factory=dict)
+    # What the node's Java command runs under (e.g. ``ip netns exec NAME``: a host of its own).
+    launcher: Sequence[str] = ()
 
     @property
     def client_address(self) -> str:
@@ -70,7 +72,7 @@ class NodeSpec:
 
     @property
     def voter(self) -> str:
-        return f"{self.node_id}@127.0.0.1:{self.controller_port}"
+        return f"{self.node_id}@{self.host}:{self.controller_port}"
 
 
 def node_properties(spec: NodeSpec, voters: Sequence[str], nodes: int) -> dict[str, str]:
@@ -83,7 +85,7 @@ def node_properties(spec: NodeSpec, voters: Sequence[str], nodes: int) -> dict[s
         "node.id": str(spec.node_id),
         "controller.quorum.voters": ",".join(voters),
         "listeners": (
-            f"CLIENT://{spec.host}:{spec.client_port},CONTROLLER://127.0.0.1:{spec.controller_port}"
+            f"CLIENT://{spec.host}:{spec.client_port},CONTROLLER://{spec.host}:{spec.controller_port}"
         ),
         "advertised.listeners": f"CLIENT://{spec.client_address}",
         "listener.security.protocol.map": f"CLIENT:{spec.client_protocol},CONTROLLER:PLAINTEXT",
@@ -177,6 +179,7 @@ class KafkaNode:
         if self.running:
             return
         command = [
+            *self.spec.launcher,
             *self._java(self.heap),
             "kafka.Kafka",
             str(self.spec.directory / "server.properties"),
