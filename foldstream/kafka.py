@@ -22,6 +22,9 @@ from foldstream.kafka_topics import topic_ids as topic_ids  # re-exported
 from foldstream.kafka_topics import topic_partitions as topic_partitions  # re-exported
 
 Partitioner = Literal["murmur2", "consistent"]
+#: The group id of every consumer: librdkafka's consumers need one (and look up its
+#: coordinator) even though foldstream assigns partitions itself and commits no offsets.
+UNUSED_GROUP_ID = "foldstream-unused"
 PARTITIONERS: tuple[Partitioner, ...] = ("murmur2", "consistent")
 
 
@@ -185,8 +188,7 @@ def consumer_config(
     return client_config(
         bootstrap,
         **{
-            # required by librdkafka even when nothing is committed
-            "group.id": "foldstream-unused",
+            "group.id": UNUSED_GROUP_ID,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",

@@ -35,6 +35,7 @@ SPARK_OPTION = "kafka_secret_properties"
 
 _lock = threading.Lock()
 _installed: dict[str, str] | None = None
+_origins: dict[str, str] = {}
 
 
 def configure(config_file: Path | None = None) -> ClientProperties:
@@ -43,7 +44,7 @@ def configure(config_file: Path | None = None) -> ClientProperties:
     loaded = load_client_properties(config_file or _env_config_file(), os.environ)
     with _lock:
         changed = _installed != loaded.properties
-    install(loaded.properties)
+    install(loaded.properties, origins=loaded.origins)
     if changed:
         log.info("Kafka clients: %s", loaded.describe())
     return loaded
@@ -54,21 +55,30 @@ def _env_config_file() -> Path | None:
     return Path(named) if named else None
 
 
-def install(properties: Mapping[str, str]) -> None:
-    """Make ``properties`` the client properties of every client this process creates next."""
-    global _installed
+def install(properties: Mapping[str, str], *, origins: Mapping[str, str] | None = None) -> None:
+    """Make ``properties`` the client properties of every client this process creates next;
+    ``origins`` says where each came from (a variable, ``file:line``), for error messages."""
+    global _installed, _origins
     with _lock:
         _installed = dict(properties)
+        _origins = dict(origins or {})
 
 
 def installed() -> dict[str, str]:
     """This process's client properties (loaded from the environment if none were
     installed)."""
-    global _installed
+    global _installed, _origins
     with _lock:
         if _installed is None:
-            _installed = load_client_properties(_env_config_file(), os.environ).properties
+            loaded = load_client_properties(_env_config_file(), os.environ)
+            _installed, _origins = loaded.properties, loaded.origins
         return dict(_installed)
+
+
+def origin(name: str) -> str | None:
+    """Where the installed property ``name`` came from, if it is set and that is known."""
+    with _lock:
+        return _origins.get(name)
 
 
 def client_config(bootstrap: str, **extra: object) -> dict[str, object]:
@@ -110,6 +120,42 @@ _REMEDY = (
 )
 
 
+#: The properties that make up a SASL mechanism's credentials.
+_CREDENTIALS = {
+    "PLAIN": ("sasl.password", "sasl.username"),
+    "SCRAM-SHA-256": ("sasl.password", "sasl.username"),
+    "SCRAM-SHA-512": ("sasl.password", "sasl.username"),
+    "GSSAPI": ("sasl.kerberos.principal", "sasl.kerberos.keytab"),
+}
+_AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+
+
+def _remedy(code: int, properties: Mapping[str, str]) -> str:
+    """Which settings to check for an error with ``code``, and where each came from."""
+    if code in _AUTHENTICATION:
+        mechanism = properties.get("sasl.mechanism", "GSSAPI").upper()
+        names = _CREDENTIALS.get(mechanism) or tuple(
+            sorted(n for n in properties if n.startswith("sasl.oauthbearer."))
+        )
+        return f"check {_settings([*names, 'sasl.mechanism'], properties)}"
+    if code == KafkaError._SSL:
+        ca = "ssl.ca.pem" if "ssl.ca.pem" in properties else "ssl.ca.location"
+        return f"check {_settings([ca, 'security.protocol'], properties)}"
+    return _REMEDY
+
+
+def _settings(names: list[str], properties: Mapping[str, str]) -> str:
+    """``names`` as ``name (from ORIGIN)``, or ``name (not set)``."""
+    shown = []
+    for name in names:
+        where = origin(name)
+        if name not in properties:
+            shown.append(f"{name} (not set)")
+        else:
+            shown.append(f"{name} (from {where})" if where else name)
+    return ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else shown[0]
+
+
 def wait_for_cluster(bootstrap: str, timeout: float = 30.0) -> None:
     """Return once the cluster at ``bootstrap`` answers this process's clients; raise one clear
     error at once when it rejects their credentials or TLS settings
@@ -136,7 +182,8 @@ def wait_for_cluster(bootstrap: str, timeout: float = 30.0) -> None:
         if fatal is not None:
             reason = redact_text(fatal.str(), properties)
             raise ConfigurationError(
-                f"Kafka at {bootstrap} {_FATAL[fatal.code()]}: {reason}; {_REMEDY}"
+                f"Kafka at {bootstrap} {_FATAL[fatal.code()]}: {reason}; "
+                f"{_remedy(fatal.code(), properties)}"
             )
         if time.monotonic() >= deadline:
             last = failures.last or (errors[-1].str() if errors else "no answer")

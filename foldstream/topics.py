@@ -1,5 +1,6 @@
 """The topics a service needs, provisioned (or, on a locked-down cluster, checked) before an
-instance starts anything that uses them."""
+instance starts anything that uses them, with the ACLs its Kafka principal needs on them
+(:mod:`foldstream.kafka_acls`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from foldstream.errors import ConfigurationError
 from foldstream.kafka import TopicSpec, ensure_topics, topic_partitions
+from foldstream.kafka_acls import AccessCheck
 from foldstream.kafka_client import admin_client, wait_for_cluster
 from foldstream.projections.joins import Join
 from foldstream.settings import AGGREGATE_STORE
@@ -26,8 +28,38 @@ def provision(
     aggregates), the aggregate store's changelog too.
 
     Fails at once, with one clear error, when the cluster rejects the client's credentials or
-    TLS settings (:func:`~foldstream.kafka_client.wait_for_cluster`)."""
+    TLS settings (:func:`~foldstream.kafka_client.wait_for_cluster`), or when the client's
+    principal lacks an ACL the service needs (:class:`~foldstream.kafka_acls.MissingAcl`)."""
     wait_for_cluster(settings.bootstrap_servers, settings.broker_wait_s)
+    access = AccessCheck(
+        service=settings.service,
+        bootstrap=settings.bootstrap_servers,
+        timeout=settings.broker_wait_s,
+    )
+    access.check_principal()
+    access.check_foreign_topics(foreign_topics(settings, projections))
+    specs, layout = service_topics(settings, projections, aggregates=aggregates)
+    missing = access.check_service_topics(specs, create=settings.create_topics)
+    ensure_service_topics(settings, specs)
+    access.check_created(missing)
+    return layout
+
+
+def foreign_topics(settings: Settings, projections: Sequence[Projection]) -> set[str]:
+    """The topics of other producers the service's stores read."""
+    return {
+        topic
+        for projection in projections
+        if (topic := projection.source_topic(settings.events_topic)) != settings.events_topic
+        and not isinstance(projection, Join)
+    }
+
+
+def service_topics(
+    settings: Settings, projections: Sequence[Projection], *, aggregates: bool
+) -> tuple[list[TopicSpec], dict[str, int]]:
+    """The service's own topics, and ``{topic: partitions}`` of every source topic (other
+    producers' topics must exist: their partitions decide the changelogs')."""
     specs = [
         TopicSpec(settings.events_topic, settings.partitions),
         TopicSpec(settings.cluster_topic, 1, compact=True),
@@ -52,8 +84,7 @@ def provision(
     if aggregates:
         changelog = settings.changelog_topic(AGGREGATE_STORE)
         specs.append(TopicSpec(changelog, settings.partitions, compact=True))
-    ensure_service_topics(settings, specs)
-    return layout
+    return specs, layout
 
 
 def ensure_service_topics(settings: Settings, specs: list[TopicSpec]) -> None:

@@ -1,42 +1,60 @@
-"""A Kafka cluster that wants TLS (and, optionally, SASL) from its clients, for tests: the
-embedded broker (Tansu) behind a TLS terminator, with a throwaway CA made here.
+"""A Kafka cluster secured as production ones are, for tests: Apache Kafka serving SASL_SSL
+itself (SCRAM-SHA-512 over TLS, with a throwaway CA made here) and authorizing every request
+with ``StandardAuthorizer`` against ACLs.
 
-Tansu 0.6.0 cannot serve TLS itself: ``--cert`` and ``--key`` belong to one clap argument group
-that admits only one of them (``error: the argument '--cert <CERT>' cannot be used with '--key
-<KEY>'``), and its TLS needs both (upstream's ``broker.rs`` still declares them so). So the
-broker listens in plaintext on a loopback port only the terminator connects to, and advertises
-the terminator's port: every client reaches it through TLS, verified against the CA made here
-(the certificate names ``127.0.0.1`` and ``localhost``). The terminator relays bytes and nothing
-else: the Kafka protocol, SASL included, is the broker's.
+The brokers log in to each other as :data:`ADMIN`, a super user; every other user has exactly
+the ACLs a test grants it (``allow.everyone.if.no.acl.found`` stays false). Users are created
+with their SCRAM credentials when the storage is formatted (``--add-scram``).
+
+The controller listener stays PLAINTEXT on 127.0.0.1, so the principal of every request on it
+is ``User:ANONYMOUS``, which must be a super user (the brokers register and fetch metadata
+there, and the controller authorizes those requests too). Anything on this machine that can
+reach the controller port therefore acts as a super user: fine for a test broker on loopback,
+never for a cluster others share (secure the controller listener there as well).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime
 import ipaddress
-import ssl
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from foldstream.broker import KafkaCluster, free_port
+from foldstream.broker import KafkaCluster
+
+#: The brokers' own user (and the tests' administrator): a super user.
+ADMIN = "admin"
+MECHANISM = "SCRAM-SHA-512"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
 @dataclass(frozen=True)
 class Certificates:
-    """PEM files: the CA's certificate (what clients trust), the server's chain and key."""
+    """PEM files: the CA's certificate (what clients trust), the server's chain and key, and
+    both in one file (a Kafka listener's PEM key store)."""
 
     ca: Path
     server_chain: Path
     server_key: Path
+    server_keystore: Path
 
 
 def make_certificates(directory: Path) -> Certificates:
@@ -86,101 +104,148 @@ def make_certificates(directory: Path) -> Certificates:
             critical=False,
         )
         .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+            x509.ExtendedKeyUsage(
+                [
+                    x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
+                    # The brokers connect to each other with the same certificate's trust.
+                    x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH,
+                ]
+            ),
+            critical=False,
         )
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
-    files = Certificates(directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    files.ca.write_bytes(ca_cert.public_bytes(pem))
-    files.server_chain.write_bytes(cert.public_bytes(pem) + ca_cert.public_bytes(pem))
-    files.server_key.write_bytes(
-        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    files = Certificates(
+        directory / "ca.pem",
+        directory / "server.pem",
+        directory / "server.key",
+        directory / "server-keystore.pem",
     )
+    chain = cert.public_bytes(pem) + ca_cert.public_bytes(pem)
+    private = key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    files.ca.write_bytes(ca_cert.public_bytes(pem))
+    files.server_chain.write_bytes(chain)
+    files.server_key.write_bytes(private)
+    files.server_keystore.write_bytes(private + chain)
     return files
 
 
-class TlsTerminator:
-    """Accepts TLS on ``port`` (127.0.0.1) and relays each connection's bytes to
-    ``upstream_port``, in an event loop of its own thread."""
-
-    def __init__(self, *, port: int, upstream_port: int, certificates: Certificates) -> None:
-        self.port = port
-        self.upstream_port = upstream_port
-        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self._context.load_cert_chain(certificates.server_chain, certificates.server_key)
-        self._loop = asyncio.new_event_loop()
-        # A client refusing the certificate fails its handshake: expected here, not an error.
-        self._loop.set_exception_handler(lambda loop, context: None)
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
-
-    def start(self) -> TlsTerminator:
-        self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._relay, "127.0.0.1", self.port, ssl=self._context),
-            self._loop,
-        ).result(timeout=10)
-        return self
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            writer.close()
-            return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-
-    def stop(self) -> None:
-        async def close() -> None:
-            if self._server is not None:
-                self._server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-
-        if self._thread.is_alive():
-            asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        self._loop.close()
-
-
-async def _pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError, asyncio.CancelledError):
-        while data := await source.read(65536):
-            target.write(data)
-            await target.drain()
-    with contextlib.suppress(OSError, RuntimeError):
-        target.close()
+def client_properties(ca: Path, user: str, password: str) -> dict[str, str]:
+    """librdkafka's client properties of ``user`` logging in with ``password``."""
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": MECHANISM,
+        "sasl.username": user,
+        "sasl.password": password,
+        "ssl.ca.location": str(ca),
+    }
 
 
 @dataclass(frozen=True)
-class TlsCluster:
-    """A running broker clients reach at ``bootstrap`` over TLS only, trusting ``ca``."""
+class SecuredCluster:
+    """A running cluster clients reach at ``bootstrap`` with SASL_SSL only, trusting ``ca``;
+    ``passwords`` of its users."""
 
-    bootstrap: str
+    cluster: KafkaCluster
     ca: Path
-    broker: KafkaCluster
+    passwords: Mapping[str, str]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cluster.bootstrap
+
+    def client_properties(self, user: str, password: str | None = None) -> dict[str, str]:
+        """The client properties of ``user`` (with its password, or ``password``)."""
+        chosen = self.passwords[user] if password is None else password
+        return client_properties(self.ca, user, chosen)
+
+    def environment(self, user: str, password: str | None = None) -> dict[str, str]:
+        """The same as ``KAFKA_*`` variables, as an instance reads them."""
+        return {
+            "KAFKA_" + name.upper().replace(".", "_"): value
+            for name, value in self.client_properties(user, password).items()
+        }
+
+    def admin(self) -> AdminClient:
+        """An admin client of :data:`ADMIN`, the super user."""
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+        return AdminClient({**config, **self.client_properties(ADMIN)})
+
+
+def broker_properties(certificates: Certificates, admin_password: str) -> dict[str, str]:
+    """The brokers' SASL_SSL listener (its PEM key store and trust store), their own SCRAM
+    login, the authorizer and the super users (see the module's docstring for ANONYMOUS)."""
+    login = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{ADMIN}" password="{admin_password}";'
+    )
+    return {
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certificates.server_keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certificates.ca),
+        "sasl.enabled.mechanisms": MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": MECHANISM,
+        f"listener.name.client.{MECHANISM.lower()}.sasl.jaas.config": login,
+        "authorizer.class.name": AUTHORIZER,
+        "super.users": f"User:{ADMIN};User:ANONYMOUS",
+    }
 
 
 @contextlib.contextmanager
-def tls_cluster(directory: Path, *, authentication: bool = False) -> Iterator[TlsCluster]:
-    """The embedded broker behind a :class:`TlsTerminator` (with SASL required when
-    ``authentication``), both stopped on exit."""
+def secured_cluster(
+    directory: Path, users: Mapping[str, str], *, admin_password: str = "admin-s3cret"
+) -> Iterator[SecuredCluster]:
+    """A one-node cluster in ``directory`` serving SASL_SSL with SCRAM-SHA-512, ``users``
+    (``{name: password}``, with no ACLs) and :data:`ADMIN` created at format time; stopped on
+    exit."""
     certificates = make_certificates(directory / "certs")
-    tls_port = free_port()
-    broker_port = next(p for p in iter(free_port, None) if p != tls_port)
-    terminator = TlsTerminator(
-        port=tls_port, upstream_port=broker_port, certificates=certificates
-    ).start()
-    try:
-        with KafkaCluster(
-            port=broker_port,
-            advertised_port=tls_port,
-            authentication=authentication,
-            log_path=directory / "tansu.log",
-        ) as broker:
-            yield TlsCluster(f"127.0.0.1:{tls_port}", certificates.ca, broker)
-    finally:
-        terminator.stop()
+    passwords = {ADMIN: admin_password, **users}
+    scram = [
+        arg
+        for name, password in passwords.items()
+        for arg in ("--add-scram", f"{MECHANISM}=[name={name},password={password}]")
+    ]
+    cluster = KafkaCluster(
+        data_dir=directory / "kafka",
+        client_protocol="SASL_SSL",
+        properties=broker_properties(certificates, admin_password),
+        format_args=scram,
+        client_config=client_properties(certificates.ca, ADMIN, admin_password),
+    )
+    with cluster:
+        yield SecuredCluster(cluster, certificates.ca, passwords)
+
+
+#: Every ACL of the cluster (None matches any name, principal and host: the stubs say str).
+_EVERY_ACL = AclBindingFilter(
+    ResourceType.ANY,
+    None,  # type: ignore[arg-type]
+    ResourcePatternType.ANY,
+    None,  # type: ignore[arg-type]
+    None,  # type: ignore[arg-type]
+    AclOperation.ANY,
+    AclPermissionType.ANY,
+)
+
+
+def set_acls(
+    secured: SecuredCluster, bindings: Iterable[AclBinding], timeout: float = 30.0
+) -> None:
+    """Make ``bindings`` the cluster's only ACLs, and return once the broker lists exactly
+    them: it authorizes requests with the ACLs it lists (the controller commits them first)."""
+    wanted = set(bindings)
+    admin = secured.admin()
+    for future in admin.delete_acls([_EVERY_ACL]).values():
+        future.result(timeout=timeout)
+    if wanted:
+        for future in admin.create_acls(list(wanted)).values():
+            future.result(timeout=timeout)
+    Retrying(
+        stop=stop_after_delay(timeout),
+        wait=wait_fixed(0.1),
+        retry=retry_if_result(lambda listed: listed != wanted),
+    )(lambda: set(admin.describe_acls(_EVERY_ACL).result(timeout=timeout)))

@@ -1,49 +1,96 @@
 """Instances on a secured cluster, and topics for production, on a real broker.
 
-TLS: the embedded broker (Tansu 0.6.0) cannot serve TLS itself, so it runs behind a TLS
-terminator that relays bytes (:mod:`tests.secured_kafka` says why): every client of the
-instance, its Spark tasks' included, has to speak TLS and trust the test's CA to reach it.
-
-SASL: no SASL login can succeed on the Tansu 0.6.0 that foldstream embeds, so only the
-failures are tested here. With ``--authentication`` Tansu offers SCRAM-SHA-256/512 and
-OAUTHBEARER, not PLAIN (librdkafka: "SASL PLAIN mechanism handshake failed: ... broker's
-supported mechanisms: (n/a)"; Tansu logs ``NoSharedMechanism``: its rsasl is built without
-PLAIN). SCRAM credentials live in the storage engine, and this build has only the memory one
-(dynostore), whose ``upsert_user_scram_credential`` does nothing and whose
-``user_scram_credential`` finds no one: every SCRAM login fails with "broker responded with
-unknown-user", and ``tansu user create`` against a broker that requires authentication is
-itself refused ("early eof": an unauthenticated AlterUserScramCredentials). OAUTHBEARER fails
-too: Tansu's callback accepts only PLAIN and SCRAM ("SASL Authentication failed"). So SCRAM
-over TLS stands for wrong credentials below.
+The secured cluster is Apache Kafka serving SASL_SSL itself: SCRAM-SHA-512 over TLS with a CA
+made here, and ``StandardAuthorizer`` (:mod:`tests.secured_kafka`). The instance logs in as
+:data:`USER` with exactly the ACLs docs/operations/kafka.md lists, read from that page (so the
+page cannot drift from what works), and the tests take each of them away in turn.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    ConfigResource,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from foldstream import kafka_client
 from foldstream.broker import KafkaCluster
 from foldstream.errors import ConfigurationError
 from foldstream.examples.inventory import service as inventory
 from foldstream.kafka import TopicSpec, ensure_topics, read_to_end
+from foldstream.kafka_acls import MissingAcl
 from foldstream.process import InstanceProcess, http
+from foldstream.projections import LatestValue
 from foldstream.settings import Settings
+from foldstream.testing.kafka import delete_topics_where
 from foldstream.testing.steps import wait_until
 from foldstream.topics import provision
-from tests.secured_kafka import TlsCluster, tls_cluster
+from tests.secured_kafka import ADMIN, SecuredCluster, secured_cluster, set_acls
 
-SECRET = "hunter2-s3cret"
+USER = "svc-inventory"
+PASSWORD = "hunter2-s3cret"
+PRINCIPAL = f"User:{USER}"
+SERVICE = "inventory"
+DOCS = Path(__file__).parents[1] / "docs" / "operations" / "kafka.md"
+
+
+def documented_acls() -> list[tuple[str, str]]:
+    """``(operation, command)`` of each ACL the docs' "ACLs" section grants, the command
+    granting that operation alone (the docs' example service and principal replaced by
+    :data:`SERVICE` and :data:`PRINCIPAL`, its bootstrap by ``{bootstrap}``)."""
+    section = DOCS.read_text().split("\n## ACLs\n", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("\n```", 1)[0]
+    replaced = {
+        "User:svc-orders": PRINCIPAL,
+        "orders.": f"{SERVICE}.",
+        "broker-1:9093": "{bootstrap}",
+    }
+    acls = []
+    for line in block.splitlines():
+        words = [replaced.get(word, word) for word in shlex.split(line)]
+        operations = [words[n + 1] for n, word in enumerate(words) if word == "--operation"]
+        others = [w for n, w in enumerate(words) if "--operation" not in (w, words[n - 1])]
+        at = others.index(PRINCIPAL) + 1
+        for operation in operations:
+            command = " ".join([*others[:at], "--operation", operation, *others[at:]])
+            acls.append((operation, command))
+    return acls
+
+
+DOCUMENTED = documented_acls()
+
+
+def binding(command: str) -> AclBinding:
+    """The ACL a one-operation ``kafka-acls.sh --add`` command grants."""
+    words = shlex.split(command)
+    option = {w: words[n + 1] for n, w in enumerate(words[:-1]) if w.startswith("--")}
+    resource = next(r for r in ("topic", "group", "transactional-id") if f"--{r}" in option)
+    prefixed = option.get("--resource-pattern-type") == "prefixed"
+    return AclBinding(
+        ResourceType[resource.upper().replace("-", "_")],
+        option[f"--{resource}"],
+        ResourcePatternType.PREFIXED if prefixed else ResourcePatternType.LITERAL,
+        option["--allow-principal"],
+        "*",
+        AclOperation[re.sub(r"(?<!^)(?=[A-Z])", "_", option["--operation"]).upper()],
+        AclPermissionType.ALLOW,
+    )
 
 
 @pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
-    with tls_cluster(tmp_path_factory.mktemp("tls")) as cluster:
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredCluster]:
+    with secured_cluster(tmp_path_factory.mktemp("secured"), {USER: PASSWORD}) as cluster:
         yield cluster
 
 
@@ -71,71 +118,135 @@ def _failed_start(bootstrap: str, tmp_path: Path, **options: Any) -> tuple[str, 
     return errors[0], log
 
 
-def test_an_instance_works_through_tls_with_a_properties_file(
-    tls: TlsCluster, tmp_path: Path, client_properties: None
+def test_the_docs_list_acls_of_topics_transactional_ids_and_the_group() -> None:
+    """What the tests below grant, read from the docs (a parse that found nothing would make
+    them pass vacuously)."""
+    assert [operation for operation, _ in DOCUMENTED] == [
+        "Read",
+        "Write",
+        "DescribeConfigs",
+        "Create",
+        "Write",
+        "Describe",
+    ]
+
+
+def test_an_instance_serves_with_exactly_the_documented_acls(
+    secured: SecuredCluster, tmp_path: Path, client_properties: None
 ) -> None:
-    """The file gives TLS; a variable adds a secret, which no log line shows. A command's
-    value visible through a lookup went through the command writer, the Spark task's consumer
-    and changelog producer, and the tailing consumers: all over TLS."""
-    config = tmp_path / "client.properties"
-    config.write_text(f"security.protocol=SSL\nssl.ca.location={tls.ca}\n")
+    """Logged in with ``KAFKA_*`` variables as a user with only the documented ACLs, an
+    instance creates its topics, accepts a command and answers its lookup: the command writer,
+    the cluster's leader, the Spark task's consumer and changelog producer and the tailing
+    consumers all went through SASL_SSL and the authorizer."""
+    granted = {binding(command.format(bootstrap=secured.bootstrap)) for _, command in DOCUMENTED}
+    set_acls(secured, granted)
     instance = InstanceProcess(
-        bootstrap=tls.bootstrap,
+        bootstrap=secured.bootstrap,
         state_dir=tmp_path / "state",
         partitions=2,
-        env={"KAFKA_SSL_KEY_PASSWORD": SECRET},
-        args=["--kafka-config", str(config)],
+        env=secured.environment(USER),
     )
     with instance:
         instance.wait_ready(timeout=600)  # generous: a JVM start on a shared, loaded machine
         status, body = http(
-            "POST", f"{instance.url}/commands/product/sku-tls/receive_shipment", {"quantity": 5}
+            "POST", f"{instance.url}/commands/product/sku-acl/receive_shipment", {"quantity": 5}
         )
         assert status == 200, body
         wait_until(
             lambda: (
-                http("GET", f"{instance.url}/stores/stock/keys/sku-tls")[1].get("value")
+                http("GET", f"{instance.url}/stores/stock/keys/sku-acl")[1].get("value")
                 == {"on_hand": 5}
             ),
-            lambda: f"lookup: {http('GET', f'{instance.url}/stores/stock/keys/sku-tls')}",
+            lambda: f"lookup: {http('GET', f'{instance.url}/stores/stock/keys/sku-acl')}",
         )
     log = instance.log_path.read_text()
-    assert SECRET not in log
-    assert "ssl.key.password=***" in log
+    assert PASSWORD not in log
+    assert f"sasl.password=***, sasl.username={USER}" in log
     # The test's own helpers reach the cluster with the same client properties.
-    kafka_client.install({"security.protocol": "SSL", "ssl.ca.location": str(tls.ca)})
-    keys = [m.key() for batch in read_to_end(tls.bootstrap, "inventory.events", 2) for m in batch]
-    assert set(keys) == {b"sku-tls"}
+    kafka_client.install(secured.client_properties(USER))
+    events = read_to_end(secured.bootstrap, f"{SERVICE}.events", 2)
+    assert {m.key() for batch in events for m in batch} == {b"sku-acl"}
+
+
+@pytest.mark.parametrize(
+    ("operation", "command"), DOCUMENTED, ids=[c.split("--operation ")[1] for _, c in DOCUMENTED]
+)
+def test_a_missing_acl_stops_an_instance_at_start_naming_it(
+    secured: SecuredCluster, tmp_path: Path, client_properties: None, operation: str, command: str
+) -> None:
+    """Every documented ACL but one: the instance stops before serving, with one line naming
+    the missing one and the command that grants it. Create is only needed for topics to
+    create: they are deleted first."""
+    grant = command.format(bootstrap=secured.bootstrap)
+    set_acls(
+        secured,
+        {binding(c.format(bootstrap=secured.bootstrap)) for _, c in DOCUMENTED} - {binding(grant)},
+    )
+    if operation == "Create":
+        kafka_client.install(secured.client_properties(ADMIN))
+        assert delete_topics_where(secured.bootstrap, lambda topic: topic.startswith(f"{SERVICE}."))
+    error, log = _failed_start(secured.bootstrap, tmp_path, env=secured.environment(USER))
+    assert f"error: the Kafka principal {PRINCIPAL} lacks an ACL the service needs: " in error
+    assert error.endswith(f": {grant}"), error
+    assert PASSWORD not in log
+
+
+def test_a_store_over_another_producers_topic_needs_read_on_it(
+    secured: SecuredCluster, client_properties: None
+) -> None:
+    """The documented ACLs and Read on the topic a ``LatestValue`` store reads: without the
+    latter, the start stops naming it (checked where an instance checks it, without starting
+    one)."""
+    kafka_client.install(secured.client_properties(ADMIN))
+    ensure_topics(secured.bootstrap, [TopicSpec("prices", 2)])
+    documented = {binding(c.format(bootstrap=secured.bootstrap)) for _, c in DOCUMENTED}
+    set_acls(secured, documented)
+    kafka_client.install(secured.client_properties(USER))
+    settings = Settings(service=SERVICE, bootstrap_servers=secured.bootstrap, partitions=2)
+    projections = [LatestValue("price", topic="prices")]
+    with pytest.raises(MissingAcl) as refused:
+        provision(settings, projections)
+    grant = (
+        f"kafka-acls.sh --bootstrap-server {secured.bootstrap} --command-config admin.properties "
+        f"--add --allow-principal {PRINCIPAL} --operation Read --topic prices"
+    )
+    assert str(refused.value).endswith(f": {grant}"), refused.value
+    set_acls(secured, documented | {binding(grant)})
+    assert provision(settings, projections) == {f"{SERVICE}.events": 2, "prices": 2}
+
+
+def test_a_wrong_password_stops_an_instance_at_start_naming_the_setting(
+    secured: SecuredCluster, tmp_path: Path
+) -> None:
+    """The shared settings in a properties file, the password in a variable (as the docs
+    suggest): the line names both settings a SCRAM login rests on, and where each came from."""
+    wrong = "not-" + PASSWORD
+    config = tmp_path / "client.properties"
+    properties = secured.client_properties(USER)
+    del properties["sasl.password"]
+    config.write_text("".join(f"{name}={value}\n" for name, value in properties.items()))
+    error, log = _failed_start(
+        secured.bootstrap,
+        tmp_path,
+        env={"KAFKA_SASL_PASSWORD": wrong},
+        args=["--kafka-config", str(config)],
+    )
+    assert f"error: Kafka at {secured.bootstrap} refused the client's authentication" in error
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in error
+    assert "check sasl.password (from KAFKA_SASL_PASSWORD), sasl.username (from " in error
+    assert f"sasl.username (from {config}:3)" in error
+    assert wrong not in log
 
 
 def test_an_instance_that_does_not_trust_the_certificate_stops_at_once(
-    tls: TlsCluster, tmp_path: Path
+    secured: SecuredCluster, tmp_path: Path
 ) -> None:
-    error, _ = _failed_start(
-        tls.bootstrap,
-        tmp_path,
-        env={"KAFKA_SECURITY_PROTOCOL": "SSL"},  # no ssl.ca.location: the system's CAs
-    )
-    assert f"error: Kafka at {tls.bootstrap} failed the TLS handshake" in error
+    environment = secured.environment(USER)
+    del environment["KAFKA_SSL_CA_LOCATION"]  # the system's CAs, which never signed it
+    error, _ = _failed_start(secured.bootstrap, tmp_path, env=environment)
+    assert f"error: Kafka at {secured.bootstrap} failed the TLS handshake" in error
     assert "certificate verify failed" in error
-
-
-def test_rejected_credentials_stop_an_instance_at_once(tmp_path: Path) -> None:
-    with tls_cluster(tmp_path / "sasl", authentication=True) as cluster:
-        error, log = _failed_start(
-            cluster.bootstrap,
-            tmp_path,
-            env={
-                "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-                "KAFKA_SSL_CA_LOCATION": str(cluster.ca),
-                "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
-                "KAFKA_SASL_USERNAME": "alice",
-                "KAFKA_SASL_PASSWORD": SECRET,
-            },
-        )
-    assert f"error: Kafka at {cluster.bootstrap} refused the client's authentication" in error
-    assert "SCRAM authentication failed" in error
-    assert SECRET not in log
+    assert "check ssl.ca.location (not set)" in error
 
 
 def test_no_create_topics_names_the_missing_topics_and_how_to_create_them(
@@ -184,23 +295,25 @@ def _spec_of(command: str) -> TopicSpec:
     )
 
 
-def test_topics_are_created_with_the_replication_and_min_insync_asked(
+def test_a_replication_factor_the_cluster_cannot_hold_is_refused_with_the_remedy(
     broker: KafkaCluster,
 ) -> None:
-    """Tansu keeps one copy whatever is asked, but reports the replicas it was asked for."""
+    """The session's broker is one node: Kafka refuses two replicas (Tansu kept one copy
+    whatever was asked), which shows the factor asked is the one sent."""
     settings = Settings(
-        service="replicated",
-        bootstrap_servers=broker.bootstrap,
-        partitions=2,
-        replication_factor=2,
-        min_insync_replicas=2,
+        service="replicated", bootstrap_servers=broker.bootstrap, partitions=2, replication_factor=2
+    )
+    with pytest.raises(ConfigurationError, match="use a --replication-factor no larger than"):
+        provision(settings, inventory.projections)
+
+
+def test_topics_are_created_with_the_min_insync_replicas_asked(broker: KafkaCluster) -> None:
+    settings = Settings(
+        service="insync", bootstrap_servers=broker.bootstrap, partitions=2, min_insync_replicas=2
     )
     provision(settings, inventory.projections)
     admin = kafka_client.admin_client(broker.bootstrap)
-    topics = ["replicated.events", "replicated.cluster", "replicated.stock.changelog"]
-    metadata = admin.list_topics(timeout=10).topics
-    for topic in topics:
-        assert all(len(p.replicas) == 2 for p in metadata[topic].partitions.values()), topic
+    topics = ["insync.events", "insync.cluster", "insync.stock.changelog"]
     resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics]
     for resource, future in admin.describe_configs(resources).items():
         assert future.result(timeout=10)["min.insync.replicas"].value == "2", resource.name
