@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition, murmur2
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition, murmur2
 
 from foldstream.errors import BrokerUnavailable, ConfigurationError
 from foldstream.kafka_client import client_config
@@ -115,11 +115,12 @@ def read_partitions_to_end(
     end, in poll batches; ``prefetch_kbytes`` bounds what the consumer fetches ahead of them
     (None: librdkafka's default, 64 MB).
 
-    The end is where each partition reports end-of-partition after its last record, which is
-    right even on brokers that under-report log end offsets. Reading every partition from 0
-    starts at the first offset each holds; otherwise a start past a partition's end is an
-    error, never a silent jump back to its first record (Kafka answers OFFSET_OUT_OF_RANGE; a
-    broker that answers nothing at all, such as Tansu, is reported after ``timeout``).
+    Committed records only: the end is where the consumer reports end-of-partition, the last
+    stable offset (a transaction still open there ends the read before its records; an
+    aborted one's records are never given). A start of 0 is the partition's first offset
+    (records before it deleted by retention or ``DeleteRecords``); any other start past a
+    partition's end is an error, never a silent jump back to its first record (Kafka answers
+    OFFSET_OUT_OF_RANGE).
     """
     config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
     if prefetch_kbytes is not None:
@@ -127,16 +128,17 @@ def read_partitions_to_end(
     if any(starts.values()):
         config["auto.offset.reset"] = "error"
     consumer = Consumer(config)
-    # Offset 0 rather than OFFSET_BEGINNING: Tansu took a long time to resolve that on every read.
-    consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+    consumer.assign(
+        [TopicPartition(topic, p, OFFSET_BEGINNING if o == 0 else o) for p, o in starts.items()]
+    )
     at_end: set[int] = set()
     try:
         while len(at_end) < len(starts):
             messages = consume_available(consumer, 10_000, timeout)
             if not messages:
                 raise BrokerUnavailable(
-                    f"no answer for {timeout}s while reading {topic} from {dict(starts)} (a "
-                    "start past the end, e.g. of a topic created again, gets none either)"
+                    f"no answer for {timeout}s while reading {topic} from {dict(starts)}: "
+                    "check that the Kafka cluster is reachable"
                 )
             batch = []
             for message in messages:
@@ -180,11 +182,23 @@ def producer_config(bootstrap: str, *, linger_ms: int = 5, **extra: object) -> d
 BOUNDED_PREFETCH_KBYTES = 4096
 
 
+#: A consumer's ``isolation.level``. ``read_committed`` hides the records of aborted
+#: transactions (a fenced command writer's) and stops at the last stable offset, before an open
+#: transaction; docs/decisions.md, "Isolation levels", says which reader uses which and why.
+Isolation = Literal["read_committed", "read_uncommitted"]
+
+
 def consumer_config(
-    bootstrap: str, *, fetch_wait_max_ms: int = 10, **extra: object
+    bootstrap: str,
+    *,
+    fetch_wait_max_ms: int = 10,
+    isolation: Isolation = "read_committed",
+    **extra: object,
 ) -> dict[str, object]:
     """A consumer without a group: callers assign partitions and track offsets themselves.
-    With this process's client properties, as :func:`producer_config`."""
+    It reads committed records only unless ``isolation`` says otherwise: set here rather than
+    left to librdkafka's default, and a client configuration may not change it. With this
+    process's client properties, as :func:`producer_config`."""
     return client_config(
         bootstrap,
         **{
@@ -194,19 +208,17 @@ def consumer_config(
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": fetch_wait_max_ms,
             "enable.partition.eof": True,
+            "isolation.level": isolation,
             **extra,
         },
     )
 
 
-def end_reader_config(bootstrap: str, *, fetch_wait_max_ms: int = 10) -> dict[str, object]:
-    """A consumer reading at partitions' ends (a tail, a probe): fetches of at most 64 KB a
-    partition, and a bounded prefetch (:data:`BOUNDED_PREFETCH_KBYTES`)."""
-    return consumer_config(
-        bootstrap,
-        fetch_wait_max_ms=fetch_wait_max_ms,
-        **{
-            "fetch.message.max.bytes": 65536,
-            "queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES,
-        },
-    )
+def tail_config(bootstrap: str, *, fetch_wait_max_ms: int = 10) -> dict[str, object]:
+    """A consumer tailing partitions at their ends (a projection's planner,
+    :class:`~foldstream.offsets.EndOffsets`): fetches of at most 64 KB a partition, and a
+    bounded prefetch (:data:`BOUNDED_PREFETCH_KBYTES`)."""
+    config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+    config["fetch.message.max.bytes"] = 65536
+    config["queued.max.messages.kbytes"] = BOUNDED_PREFETCH_KBYTES
+    return config

@@ -88,15 +88,14 @@ class ClusterMap:
         self.invalid_records = 0
         self._invalid_logged_at = 0.0
         self._producer = Producer(producer_config(bootstrap, linger_ms=0))
-        # read_uncommitted: a leader stopped inside its transaction (paused, killed) would
-        # otherwise hold every member's view at that record until the transaction times out
-        # (Kafka: transaction.timeout.ms, a minute by default; Tansu 0.6: never), so no member
-        # could notice it gone and lead instead.
+        # read_uncommitted: a leader killed or paused inside its transaction would otherwise
+        # hold every member's view (its own beats included) at that record until the broker
+        # aborts it (transaction.timeout.ms, then the broker's periodic abort check), so no
+        # member could notice it gone and take the role (measured: docs/decisions.md,
+        # "Isolation levels").
         self._consumer = Consumer(
             consumer_config(
-                bootstrap,
-                fetch_wait_max_ms=fetch_wait_max_ms,
-                **{"isolation.level": "read_uncommitted"},
+                bootstrap, fetch_wait_max_ms=fetch_wait_max_ms, isolation="read_uncommitted"
             )
         )
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])

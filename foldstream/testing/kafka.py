@@ -57,7 +57,8 @@ def kafka_python_config(bootstrap: str) -> dict[str, Any]:
 
 
 def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """``{partition: end offset}`` of ``topic`` now, learnt by reading to the end of each."""
+    """``{partition: end offset}`` of ``topic`` now: where a reader of committed records stops
+    (the last stable offset, :class:`~foldstream.end_probes.ProbedEnds`)."""
     ends = ProbedEnds(bootstrap, topic, list(range(partitions)))
     try:
         return ends.ends()
