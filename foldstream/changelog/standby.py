@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from foldstream.backoff import Backoff
 from foldstream.changelog.follower import ChangelogFollower
@@ -150,12 +150,31 @@ class StandbyReplicas:
             return self._replicas[(store, partition)].writer.scan(start, end, limit)
 
     def lag(self, store: str, partition: int) -> int | None:
-        """Changelog records not yet applied (None until the end is known or if not held)."""
+        """Changelog records not yet applied (None until the end is known or if not held).
+
+        The end is the changelog's high watermark as the copy's consumer last heard it, which
+        every fetch answer carries, records or not: a copy that cannot read on (its records
+        stop at a transaction left open, or its thread is stuck) still sees the owner's
+        records land past it, and reports them. The end its own reads reach is no measure: a
+        consumer of committed records only stops at the last stable offset, and would call
+        itself caught up there however far the owner had written (a standby then answered
+        reads with ``max_lag=0`` with a value the owner had long replaced).
+        """
         with self._lock:
             replica = self._replicas.get((store, partition))
-            if replica is None or replica.end is None:
+            if replica is None or replica.end is None:  # not fetched since it was taken up
                 return None
-            return max(0, replica.end - replica.position)
+            high = self._high_watermark(store, partition)
+            return max(0, (replica.end if high is None else high) - replica.position)
+
+    def _high_watermark(self, store: str, partition: int) -> int | None:
+        """The changelog partition's high watermark from the last fetch answer (no request)."""
+        changelog = TopicPartition(self.layouts[store].changelog_topic, partition)
+        try:
+            found = self._consumer.get_watermark_offsets(changelog, cached=True)
+        except KafkaException:  # not fetched
+            return None
+        return found[1] if found and found[1] >= 0 else None
 
     def _close(self, key: tuple[str, int]) -> None:
         self._replicas.pop(key).writer.close()
@@ -213,31 +232,40 @@ class StandbyReplicas:
                 outside.add(key)
             else:  # the client retries by itself; the event carries no record
                 log.warning("standby copy %s/%d: %s", *key, error)
-        failed = False
+        failed: set[tuple[str, int]] = set()
         for key, batch in by_key.items():
             replica = self._replicas[key]
             try:
                 self._feed(key, replica, batch)
             except Exception as exc:  # noqa: BLE001 - retried from the copy's own position
-                failed = True
+                failed.add(key)
                 self._failed(key, replica, exc)
         if failed:
             self._reassign()
         # End-of-partition events are handled after the records fetched with them, which may
         # precede them in the same poll: "caught up" counts every record copied before it.
         for key, end in at_end:
-            replica = self._replicas[key]
-            replica.end = max(end, replica.position)
-            if replica.copied >= 0:
-                log.info(
-                    "standby copy %s/%d caught up after copying %d changelog records",
-                    *key,
-                    replica.copied,
-                )
-                replica.copied = -1
+            if key not in failed:  # else read again from its own position
+                self._reached_end(key, self._replicas[key], end)
         if outside:  # its changelog was created again: checked again when taken up again
             log.warning("standby copies %s are past their changelog's end: dropped", outside)
             self.assign(set(self._replicas) - outside)
+
+    def _reached_end(self, key: tuple[str, int], replica: _Replica, end: int) -> None:
+        """The copy's consumer read to ``end``: every offset before it was a record given
+        (and fed above) or none to give, a transaction's marker or an aborted record, which
+        the copy's position passes too (else its lag would count a marker forever). ``end``
+        is the last stable offset when a transaction is open: lag() measures to the high
+        watermark, and uses ``replica.end`` only before it knows one."""
+        replica.position = max(replica.position, end)
+        replica.end = replica.position
+        if replica.copied >= 0:
+            log.info(
+                "standby copy %s/%d caught up after copying %d changelog records",
+                *key,
+                replica.copied,
+            )
+            replica.copied = -1
 
     def _feed(self, key: tuple[str, int], replica: _Replica, batch: list[Any]) -> None:
         follower = replica.follower
