@@ -77,6 +77,7 @@ class StandbyReplicas:
         # Assignments made: a record polled across one is fetched again from its copy's position.
         self._assigned = 0
         self._refetch = False  # the consumer's assignment must be made again before a poll
+        self._ends_noted_at = 0.0  # when _note_ends last ran
         config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
         # A position outside a changelog (created again) is reported, not reset to its start
         # (compaction keeps a changelog's first offset at 0).
@@ -153,28 +154,40 @@ class StandbyReplicas:
         """Changelog records not yet applied (None until the end is known or if not held).
 
         The end is the changelog's high watermark as the copy's consumer last heard it, which
-        every fetch answer carries, records or not: a copy that cannot read on (its records
-        stop at a transaction left open, or its thread is stuck) still sees the owner's
-        records land past it, and reports them. The end its own reads reach is no measure: a
-        consumer of committed records only stops at the last stable offset, and would call
-        itself caught up there however far the owner had written (a standby then answered
-        reads with ``max_lag=0`` with a value the owner had long replaced).
+        every fetch answer carries, records or not (:meth:`_note_end`, at least every
+        :data:`POLL_WAIT_S`): a copy that cannot read on (its records stop at a transaction
+        left open) still sees the owner's records land past it, and counts them. The end its
+        own reads reach is no measure: a consumer of committed records only stops at the last
+        stable offset, and would call itself caught up there however far the owner had written
+        (a standby then answered reads with ``max_lag=0`` with a value the owner had replaced).
         """
         with self._lock:
             replica = self._replicas.get((store, partition))
-            if replica is None or replica.end is None:  # not fetched since it was taken up
+            if replica is None or replica.end is None:
                 return None
-            high = self._high_watermark(store, partition)
-            return max(0, (replica.end if high is None else high) - replica.position)
+            return max(0, replica.end - replica.position)
 
-    def _high_watermark(self, store: str, partition: int) -> int | None:
-        """The changelog partition's high watermark from the last fetch answer (no request)."""
-        changelog = TopicPartition(self.layouts[store].changelog_topic, partition)
+    def _note_end(self, key: tuple[str, int], replica: _Replica) -> None:
+        """Take the changelog partition's high watermark from the consumer's last fetch answer
+        (no request: exact, unlike ListOffsets) as the copy's end."""
+        changelog = TopicPartition(self.layouts[key[0]].changelog_topic, key[1])
         try:
             found = self._consumer.get_watermark_offsets(changelog, cached=True)
         except KafkaException:  # not fetched
-            return None
-        return found[1] if found and found[1] >= 0 else None
+            return
+        if found and found[1] >= 0:
+            replica.end = max(found[1], replica.position)
+
+    def _note_ends(self) -> None:
+        """:meth:`_note_end` of every copy fetched since it was taken up, every
+        :data:`POLL_WAIT_S` at most (5 us each), whether or not records came."""
+        now = time.monotonic()
+        if now - self._ends_noted_at < POLL_WAIT_S:
+            return
+        self._ends_noted_at = now
+        for key, replica in self._replicas.items():
+            if replica.end is not None:
+                self._note_end(key, replica)
 
     def _close(self, key: tuple[str, int]) -> None:
         self._replicas.pop(key).writer.close()
@@ -202,9 +215,10 @@ class StandbyReplicas:
             self._stopping.wait(POLL_WAIT_S)
             return
         first = self._consumer.poll(POLL_WAIT_S)
-        if first is None:
-            return
         with self._lock:
+            self._note_ends()  # a copy given no records may still be behind
+            if first is None:
+                return
             if self._assigned != assigned:
                 # Reassigned meanwhile: the record may come from either assignment, and the
                 # new one has moved past it if it is its first. Nothing was applied since the
@@ -255,10 +269,10 @@ class StandbyReplicas:
         """The copy's consumer read to ``end``: every offset before it was a record given
         (and fed above) or none to give, a transaction's marker or an aborted record, which
         the copy's position passes too (else its lag would count a marker forever). ``end``
-        is the last stable offset when a transaction is open: lag() measures to the high
-        watermark, and uses ``replica.end`` only before it knows one."""
+        is the last stable offset when a transaction is open, not the end lag() counts to."""
         replica.position = max(replica.position, end)
         replica.end = replica.position
+        self._note_end(key, replica)
         if replica.copied >= 0:
             log.info(
                 "standby copy %s/%d caught up after copying %d changelog records",
@@ -292,12 +306,7 @@ class StandbyReplicas:
                 self._on_applied(key[0], key[1], reached)
         replica.position = batch[-1].offset() + 1
         replica.backoff.reset()
-        high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.layouts[key[0]].changelog_topic, key[1]), cached=True
-        )
-        # The high watermark that comes with fetched data is exact (unlike ListOffsets).
-        if high and high[1] >= 0:
-            replica.end = max(high[1], replica.position)
+        self._note_end(key, replica)
 
     def _failed(self, key: tuple[str, int], replica: _Replica, error: Exception) -> None:
         """Applying ``replica``'s records failed: it forgets what it collected and reads again
