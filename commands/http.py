@@ -16,8 +16,9 @@ from foldstream.commands.unreplayable import AggregateUnreplayable
 from foldstream.domain import DomainRuleViolation
 from foldstream.domain.snapshots import UnstorableAggregate
 from foldstream.errors import BrokerUnavailable, InvalidRequest, NotOwner, RecordTooLarge
-from foldstream.http_input import InputLimits, count, last, query_params
+from foldstream.http_input import InputLimits, count, last
 from foldstream.responses import error_response
+from foldstream.route_params import COMMAND
 from foldstream.routing import HOPS_PARAM, Locator, Redirect, Unavailable, redirect, unavailable
 from foldstream.tokens import token_for
 
@@ -63,8 +64,11 @@ def command_target(request: Request, limits: InputLimits) -> tuple[str, str, str
     scope = request.scope
     raw_path: bytes = scope.get("raw_path") or request.url.path.encode()
     limits.check_url(raw_path, scope["query_string"])
+    # Checked before the command is located: a misspelt expected_version is refused, never
+    # run without its version check here or at the owner it would be redirected to.
+    params = COMMAND.checked(scope["query_string"]) if scope["query_string"] else []
     # Checked here too, not only when redirecting: the same request is answered alike anywhere.
-    count(HOPS_PARAM, last(query_params(scope["query_string"]), HOPS_PARAM) or None)
+    count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
     parts = raw_path[len(_PREFIX) :].split(b"/") if raw_path.startswith(_PREFIX) else []
     if len(parts) != 3:
         raise InvalidRequest("aggregate ids and names may not hold '/' (%2F)", status=404)
@@ -95,7 +99,8 @@ def command_routes(
 
         Optional ``?expected_version=N`` (or header ``If-Match: N``): run only if the aggregate
         is at version N (0 = no events yet). Answers 200 with the events and the position of
-        the last one; 400 bad arguments, version or path; 404 unknown aggregate or command;
+        the last one; 400 bad arguments, version or path, or a query parameter other than
+        ``expected_version`` (and ``hops``, which redirects add); 404 unknown aggregate or command;
         409 version conflict (``current_version`` in the body) or an aggregate whose events
         could not be replayed (the record and cause in ``error``); 413 body or event too large;
         414 URL too long; 422 domain rule broken; 503 with ``Retry-After`` when this instance

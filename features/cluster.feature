@@ -28,6 +28,17 @@ Feature: A cluster of instances shares the partitions, and any instance answers 
     When product "standby-ryw-1" is sent "sell" with {"quantity": 3} through the cluster
     Then a standby of "standby-ryw-1" in store "stock" answers {"on_hand": 1} with that command's token
 
+  Scenario: A standby behind by more than max_lag never answers a read with that max_lag
+    Given products "behind-1" to "behind-1" accepted "receive_shipment" with {"quantity": 4} through the instances in turn
+    Then a standby of "behind-1" answers it in store "stock" with max_lag 0
+    When a transaction left open on the changelog of store "stock" holds back the standby of "behind-1"
+    And product "behind-1" is sent "receive_shipment" with {"quantity": 6} through the cluster
+    Then the owner of "behind-1" in store "stock" answers {"on_hand": 10}
+    And the standby of "behind-1" answers {"on_hand": 4} with max_lag its lag from the transaction
+    And the standby of "behind-1" sends every read with a max_lag below its lag to the owner
+    When the transaction is aborted
+    Then a standby of "behind-1" answers it in store "stock" with max_lag 0
+
   Scenario: A foreign topic's records are found through the router, where its producer put them
     When a "java" producer writes these records to "supplier.ratings":
       | key              | value   |

@@ -39,3 +39,18 @@ Feature: Commands append events, or are rejected and append nothing
       | product   | sell             | {"quantity": "two"} | 400    | must be int              |
       | product   | sell             | {"quantity": true}  | 400    | must be int              |
       | product   | sell             | {}                  | 400    | quantity                 |
+
+  Scenario Outline: A query parameter a command does not take is refused, never ignored
+    A misspelt expected_version used to be ignored: the command ran without its version check.
+
+    Given product "<id>" accepted "receive_shipment" with {"quantity": 5}
+    When product "<id>" is sent "sell" with {"quantity": 5} and the query "<query>"
+    Then the command is rejected with status 400 saying "<reason>"
+    And nothing was appended
+    And the store "stock" returns {"on_hand": 5} for "<id>"
+
+    Examples:
+      | id      | query                        | reason                                                                                                                                                                  |
+      | param-1 | expected_versoin=1           | unknown query parameter(s) of POST /commands/{aggregate}/{id}/{command}: 'expected_versoin' (did you mean 'expected_version'?); this route takes expected_version, hops |
+      | param-2 | expected_version=1&max_lag=0 | unknown query parameter(s) of POST /commands/{aggregate}/{id}/{command}: 'max_lag'                                                                                       |
+      | param-3 | ExpectedVersion=1            | 'ExpectedVersion'                                                                                                                                                        |

@@ -47,6 +47,7 @@ from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.rebuild_http import rebuild_routes
 from foldstream.query_api.stores import StoreInfo
 from foldstream.responses import error_response
+from foldstream.route_params import METRICS, refusing_unknown
 from foldstream.routing import Locator
 from foldstream.service import Service
 from foldstream.settings import AGGREGATE_STORE, Settings
@@ -94,8 +95,10 @@ class Instance:
                 self.metrics.late_records.labels(projection.store)
         if authentication is None:
             authentication = auth.configured(settings, service.authentication)
+        #: Every route of the app (each declares its query parameters: foldstream.route_params).
+        self.routes = self._routes(authentication)
         app = Starlette(
-            routes=self._routes(authentication),
+            routes=self.routes,
             lifespan=self._lifespan,
             exception_handlers={HTTPException: _http_error},
         )
@@ -138,7 +141,7 @@ class Instance:
                 consistency_wait_s=settings.consistency_wait_ms / 1000,
             ),
             *rebuild_routes(lambda: self._require(self.node).rebuilds),
-            Route("/metrics", self._metrics),
+            Route("/metrics", refusing_unknown(METRICS, self._metrics)),
             *api_docs_routes(document),
             *dashboard_routes(settings.url, limits),
         ]

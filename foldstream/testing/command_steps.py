@@ -87,7 +87,7 @@ COMMAND_RETRY_S = 60.0
 @when(
     parsers.re(
         rf'(?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)" is sent "(?P<command>{NAME})" '
-        r"with (?P<body>.*)"
+        r'with (?P<body>.*?)(?: and the query "(?P<query>[^"]*)")?'
     )
 )
 def send_command(
@@ -97,16 +97,20 @@ def send_command(
     aggregate_id: str,
     command: str,
     body: str,
+    query: str | None,
 ) -> None:
-    """Sends ``body`` as it is written (so malformed JSON can be sent too). A 503 (the
-    partition is still being replayed or moved) is sent again, as a client does, for up to
-    :data:`COMMAND_RETRY_S`; any other answer is the scenario's to check."""
+    """Sends ``body`` as it is written (so malformed JSON can be sent too), with ``query`` as
+    the query string when one is given. A 503 (the partition is still being replayed or
+    moved) is sent again, as a client does, for up to :data:`COMMAND_RETRY_S`; any other
+    answer is the scenario's to check."""
     _, settings = service_of(instance)
     scenario_state.ends_before = log_ends(
         instance.bootstrap, settings.events_topic, instance.partitions
     )
     scenario_state.sent_key = aggregate_id
     url = f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}"
+    if query is not None:
+        url += f"?{query}"
     send = Retrying(
         stop=stop_after_delay(COMMAND_RETRY_S),
         wait=wait_fixed(0.2),
