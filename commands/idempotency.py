@@ -35,8 +35,10 @@ MAX_KEY_LENGTH = 128
 #: What a key may hold: letters, digits and ``-._~+/=:`` (UUIDs, ULIDs, base64 all fit).
 KEY_PATTERN = r"^[A-Za-z0-9\-._~+/=:]{1,128}$"
 _KEY = re.compile(KEY_PATTERN)
-#: Names of aggregates and commands: bounded as the HTTP input limits bound them by default.
-_MAX_NAME = 256
+#: The longest aggregate or command name a header may carry (the service's own names), and the
+#: largest header a replay reads: anything larger is no header an owner wrote.
+MAX_NAME = 1024
+MAX_HEADER_BYTES = 4096
 _CANONICAL = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 )
@@ -136,8 +138,8 @@ class KeyHeader(BaseModel):
 
     key: str = Field(pattern=KEY_PATTERN)
     request: str = Field(pattern=r"^[0-9a-f]{64}$")
-    aggregate: str = Field(min_length=1, max_length=_MAX_NAME)
-    command: str = Field(min_length=1, max_length=_MAX_NAME)
+    aggregate: str = Field(min_length=1, max_length=MAX_NAME)
+    command: str = Field(min_length=1, max_length=MAX_NAME)
     at: int = Field(ge=0, le=2**53)
 
 
@@ -145,7 +147,7 @@ def key_header(record: EventRecord) -> KeyHeader | None:
     """The validated key header of ``record``; None when it has none, or one that does not
     validate (then its key is not indexed: the record is still an event)."""
     raw = record.header(HEADER)
-    if raw is None or len(raw) > 2048:
+    if raw is None or len(raw) > MAX_HEADER_BYTES:
         return None
     try:
         return KeyHeader.model_validate_json(raw)

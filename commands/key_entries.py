@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from foldstream.commands.idempotency import KeyedRequest
+from foldstream.commands.idempotency import MAX_KEY_LENGTH, MAX_NAME, KeyedRequest
 from foldstream.commands.snapshot_store import MAX_SNAPSHOT_BYTES
 
 PREFIX = b"\xff\xfeidempotency/"
@@ -29,6 +29,9 @@ META_KEY = PREFIX + b"meta"
 EXPIRE_PER_WRITE = 1_000
 #: The largest entry kept: as large as a snapshot, one changelog record.
 MAX_ENTRY_BYTES = MAX_SNAPSHOT_BYTES
+#: How far past this instance's clock a replayed key's time may move the horizon: a record
+#: claiming a far later time (forged, or from a clock gone wrong) would expire every key.
+FUTURE_SLACK_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,11 @@ class Entry(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    key: str = Field(max_length=256)
+    key: str = Field(max_length=MAX_KEY_LENGTH)
     request: str = Field(max_length=64)
-    aggregate: str = Field(max_length=256)
-    aggregate_id: str = Field(max_length=1 << 16)
-    command: str = Field(max_length=256)
+    aggregate: str = Field(max_length=MAX_NAME)
+    aggregate_id: str  # bounded by the entry's size
+    command: str = Field(max_length=MAX_NAME)
     at: int
     seq: int = Field(ge=0)
     offset: int = Field(ge=0)

@@ -33,6 +33,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from foldstream.commands.idempotency import (
+    MAX_HEADER_BYTES,
+    MAX_NAME,
     IdempotencyKeyReused,
     KeyedRequest,
     KeyHeader,
@@ -40,6 +42,7 @@ from foldstream.commands.idempotency import (
 )
 from foldstream.commands.key_entries import (
     EXPIRE_PER_WRITE,
+    FUTURE_SLACK_MS,
     MAX_ENTRY_BYTES,
     META_KEY,
     Entry,
@@ -117,6 +120,13 @@ class KeyIndex:
         :class:`RecordTooLarge` if its entry would be larger than :data:`MAX_ENTRY_BYTES`."""
         at = int(time.time() * 1000)
         stamp = Stamp(keyed, at, events, keyed.header(at))
+        names = max(len(keyed.aggregate), len(keyed.command))
+        if names > MAX_NAME or len(stamp.header) > MAX_HEADER_BYTES:  # no replay would read it
+            raise RecordTooLarge(
+                f"the names of {keyed.aggregate!r} and {keyed.command!r} are too long to keep "
+                f"with an Idempotency-Key ({MAX_NAME} characters at most): send the command "
+                "without a key, or rename them"
+            )
         size = len(entry_of(stamp, 0, 0).model_dump_json())
         if size > MAX_ENTRY_BYTES:
             raise RecordTooLarge(
@@ -156,7 +166,8 @@ class KeyIndex:
 
     def _add(self, entry: Entry) -> None:
         self._next = max(self._next, entry.seq + 1)
-        self._horizon = max(self._horizon, entry.at)
+        latest = int(time.time() * 1000) + FUTURE_SLACK_MS
+        self._horizon = max(self._horizon, min(entry.at, latest))
         self._unwritten[entry.key] = entry
         self._new.append(entry)
 

@@ -251,22 +251,24 @@ def test_without_a_store_the_replay_from_the_start_rebuilds_the_index_and_ignore
     shipped.receive_shipment(1)
     event = next(e for e in shipped.collect_events() if type(e).__name__ == "ShipmentReceived")
     record = service.codec.encode(event)
-    headers = [(k, v) for k, v in record.headers if k != "version"] + [("version", b"3")]
     producer = Producer(producer_config(broker.bootstrap))
-    for forged in (b"{not json", b'{"key": "m 1", "request": "0", "at": 1}'):
-        producer.produce(
-            topic,
-            key=record.key,
-            value=record.value,
-            partition=1,
-            headers=[*headers, (HEADER, forged)],
-        )
-        headers = [(k, v) for k, v in headers if k != "version"] + [("version", b"4")]
+    far_ahead = {  # a valid header whose time would expire every key, were it believed
+        "key": "m-far",
+        "request": "0" * 64,
+        "aggregate": "product",
+        "command": SHIP,
+        "at": 2**53,
+    }
+    forgeries = [b"{not json", b'{"key": "m 1", "at": 1}', json.dumps(far_ahead).encode()]
+    for version, forged in enumerate(forgeries, start=3):
+        headers = [(k, v) for k, v in record.headers if k != "version"]
+        headers += [("version", str(version).encode()), (HEADER, forged)]
+        producer.produce(topic, key=record.key, value=record.value, partition=1, headers=headers)
     assert producer.flush(30) == 0
 
     handler = started(broker, topic, None)
     try:
-        assert handler.counts()["replayed_events"] == 4
+        assert handler.counts()["replayed_events"] == 5
         assert asyncio.run(ship(handler, product, 2, "m-1")) == replace(first, remembered=True)
     finally:
         handler.close()
