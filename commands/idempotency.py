@@ -39,6 +39,14 @@ _KEY = re.compile(KEY_PATTERN)
 #: largest header a replay reads: anything larger is no header an owner wrote.
 MAX_NAME = 1024
 MAX_HEADER_BYTES = 4096
+#: The header, as the OpenAPI document describes it.
+IDEMPOTENCY_PARAMETER = {
+    "name": HTTP_HEADER,
+    "in": "header",
+    "description": "names the command: resent with the same key (and request), it answers its "
+    "first 200 and appends nothing more (docs/reference/http.md)",
+    "schema": {"type": "string", "pattern": KEY_PATTERN, "maxLength": MAX_KEY_LENGTH},
+}
 _CANONICAL = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
 )

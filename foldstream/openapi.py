@@ -17,7 +17,7 @@ from pydantic.json_schema import JsonSchemaMode
 
 from foldstream import api_models as models
 from foldstream.commands.arguments import CommandArguments
-from foldstream.commands.idempotency import KEY_PATTERN, MAX_KEY_LENGTH
+from foldstream.commands.idempotency import IDEMPOTENCY_PARAMETER
 from foldstream.http_input import InputLimits
 from foldstream.projections.projection import Projection
 from foldstream.query_api.range_answers import DEFAULT_LIMIT, MAX_LIMIT
@@ -80,13 +80,6 @@ ANSWER_MODELS: tuple[type[BaseModel], ...] = (
 _RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
 _LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the owner's URL"}}
 _REPLAYED = {"Idempotent-Replayed": {"schema": {"const": "true"}, "description": "a retry"}}
-_KEY = {
-    "name": "Idempotency-Key",
-    "in": "header",
-    "description": "names the command: resent with the same key (and request), it answers its "
-    "first 200 and appends nothing more (docs/reference/http.md)",
-    "schema": {"type": "string", "pattern": KEY_PATTERN, "maxLength": MAX_KEY_LENGTH},
-}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -182,16 +175,14 @@ def _command_operation(spec: CommandArguments, security: list[Any] | None) -> di
                 "description": "the expected version, as a header",
                 "schema": {"type": "string"},
             },
-            _KEY,
+            IDEMPOTENCY_PARAMETER,
         ],
         "requestBody": {
             "required": required,
             "content": {"application/json": {"schema": _ref(_schema_name(spec))}},
         },
         "responses": {
-            "200": _json(
-                _ref("CommandAnswer"), "appended (or, a retry, was): the events", headers=_REPLAYED
-            ),
+            "200": _json(_ref("CommandAnswer"), "appended (or was: a retry)", headers=_REPLAYED),
             "307": _REDIRECT,
             "400": _error(
                 "malformed JSON, arguments not matching, bad expected_version or key, a query "
