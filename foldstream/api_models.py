@@ -216,10 +216,12 @@ class StoreLayout(_Answer):
 
 class CommandLayout(_Answer):
     """The events topic commands are appended to (a command goes to its aggregate id's
-    partition's owner)."""
+    partition's owner), and how long a command's ``Idempotency-Key`` is remembered at least
+    (null: the instances do not honour the header)."""
 
     topic: str
     partitions: int
+    idempotency_retention_s: float | None = None
 
 
 class ClusterMap(_Answer):

@@ -21,6 +21,9 @@ MAX_URL_LENGTH = 2048
 AGGREGATE_STORE = "_aggregates"
 #: The largest micro-batch cap per partition a setting may ask for.
 MAX_BATCH_RECORDS = 100_000_000
+#: The longest retention of commands' Idempotency-Keys, and the most keys a partition keeps.
+MAX_RETENTION_S = 365 * 86_400
+MAX_IDEMPOTENCY_KEYS = 10_000_000
 
 
 def valid_url(url: str) -> bool:
@@ -104,6 +107,11 @@ class Settings:
     # How long an instance starting waits for the cluster to answer before it gives up with
     # an error (a broker started at the same moment may take a while).
     broker_wait_s: int = 30
+    # How long (by the owners' clocks) and how many per partition commands sent with an
+    # Idempotency-Key are remembered: a retry within both answers the first outcome. Every
+    # instance of a service must use the same values (each owner expires by its own).
+    idempotency_retention_s: int = 86_400
+    idempotency_max_keys: int = 100_000
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -136,6 +144,7 @@ class Settings:
             )
         if not 1 <= self.broker_wait_s <= 3600:
             raise ConfigurationError(f"broker_wait_s must be 1..3600, got {self.broker_wait_s}")
+        self._check_idempotency()
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
         if not valid_url(self.url):
@@ -153,6 +162,18 @@ class Settings:
         if self.auth_token_file is not None:
             object.__setattr__(self, "auth_token_file", Path(self.auth_token_file))
         object.__setattr__(self, "auth_open_paths", tuple(self.auth_open_paths))
+
+    def _check_idempotency(self) -> None:
+        if not 1 <= self.idempotency_retention_s <= MAX_RETENTION_S:
+            raise ConfigurationError(
+                f"idempotency_retention_s must be 1..{MAX_RETENTION_S} (a year), got "
+                f"{self.idempotency_retention_s}"
+            )
+        if not 1 <= self.idempotency_max_keys <= MAX_IDEMPOTENCY_KEYS:
+            raise ConfigurationError(
+                f"idempotency_max_keys must be 1..{MAX_IDEMPOTENCY_KEYS}, got "
+                f"{self.idempotency_max_keys}"
+            )
 
     def _check_replication(self) -> None:
         replication, min_insync = self.replication_factor, self.min_insync_replicas
@@ -229,6 +250,8 @@ class Settings:
             ("consistency_wait_ms", int),
             ("batch_records_per_partition", int),
             ("broker_wait_s", int),
+            ("idempotency_retention_s", int),
+            ("idempotency_max_keys", int),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

@@ -21,6 +21,7 @@ from foldstream.api_models import (
     WindowsAnswer,
 )
 from foldstream.client.flows import (
+    Attempts,
     Batch,
     BatchLookup,
     ClientCore,
@@ -28,6 +29,7 @@ from foldstream.client.flows import (
     ReadOptions,
     Result,
     Send,
+    new_idempotency_key,
 )
 from foldstream.client.policy import give_up, retry_policy
 from foldstream.routing import MAX_HOPS
@@ -100,11 +102,15 @@ class AsyncFoldstreamClient:
         arguments: dict[str, Any] | None = None,
         *,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> CommandAnswer:
+        """Send ``command`` to the aggregate (see the sync client: the same key and retries)."""
+        attempts = Attempts(idempotency_key or new_idempotency_key())
         return await self._run(
             lambda: self._core.command(
-                aggregate, aggregate_id, command, arguments or {}, expected_version
-            )
+                aggregate, aggregate_id, command, arguments or {}, expected_version, attempts
+            ),
+            attempts,
         )
 
     async def cluster(self) -> ClusterMap:
@@ -133,8 +139,8 @@ class AsyncFoldstreamClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _run(self, flow: Callable[[], Flow[T]]) -> T:
-        with give_up(self.retry_timeout):
+    async def _run(self, flow: Callable[[], Flow[T]], attempts: Attempts | None = None) -> T:
+        with give_up(self.retry_timeout, attempts):
             async for attempt in AsyncRetrying(**retry_policy(self.retry_timeout)):
                 with attempt:
                     return await self._drive(flow())
@@ -152,7 +158,7 @@ class AsyncFoldstreamClient:
     async def _send(self, send: Send) -> Result:
         try:
             return await self._http.request(
-                send.method, send.url, content=send.content, headers=self._core.headers(send.url)
+                send.method, send.url, content=send.content, headers=self._core.headers(send)
             )
         except httpx.TransportError as exc:
             return exc

@@ -20,6 +20,7 @@ from foldstream.api_models import (
     WindowsAnswer,
 )
 from foldstream.client.flows import (
+    Attempts,
     Batch,
     BatchLookup,
     ClientCore,
@@ -27,6 +28,7 @@ from foldstream.client.flows import (
     ReadOptions,
     Result,
     Send,
+    new_idempotency_key,
 )
 from foldstream.client.policy import give_up, retry_policy
 from foldstream.routing import MAX_HOPS
@@ -113,12 +115,20 @@ class FoldstreamClient:
         arguments: dict[str, Any] | None = None,
         *,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> CommandAnswer:
-        """Send ``command`` to the aggregate; the events it appended and where they landed."""
+        """Send ``command`` to the aggregate; the events it appended and where they landed.
+
+        It is sent with an ``Idempotency-Key`` (``idempotency_key``, or a new one), and resent
+        with it until a definite answer comes, within ``retry_timeout``: the instances apply it
+        once and answer every attempt with its first outcome. Without an answer by then,
+        :class:`~foldstream.client.errors.OutcomeUnknown` carries the key to resend it with."""
+        attempts = Attempts(idempotency_key or new_idempotency_key())
         return self._run(
             lambda: self._core.command(
-                aggregate, aggregate_id, command, arguments or {}, expected_version
-            )
+                aggregate, aggregate_id, command, arguments or {}, expected_version, attempts
+            ),
+            attempts,
         )
 
     def cluster(self) -> ClusterMap:
@@ -150,8 +160,8 @@ class FoldstreamClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self, flow: Callable[[], Flow[T]]) -> T:
-        with give_up(self.retry_timeout):
+    def _run(self, flow: Callable[[], Flow[T]], attempts: Attempts | None = None) -> T:
+        with give_up(self.retry_timeout, attempts):
             for attempt in Retrying(**retry_policy(self.retry_timeout)):
                 with attempt:
                     return self._drive(flow())
@@ -168,7 +178,7 @@ class FoldstreamClient:
     def _send(self, send: Send) -> Result:
         try:
             return self._http.request(
-                send.method, send.url, content=send.content, headers=self._core.headers(send.url)
+                send.method, send.url, content=send.content, headers=self._core.headers(send)
             )
         except httpx.TransportError as exc:
             return exc

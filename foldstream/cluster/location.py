@@ -184,7 +184,14 @@ class Location:
         }
         if self._commands is not None:  # where a client sends each aggregate's commands
             topic = self.events_topic
-            snapshot["commands"] = {"topic": topic, "partitions": self.topics[topic]}
+            retention = self._commands.idempotency_retention_s()
+            snapshot["commands"] = {
+                "topic": topic,
+                "partitions": self.topics[topic],
+                # Clients resend a command of unknown outcome with its key only when this is
+                # given: an instance that ignored the header could apply it twice.
+                "idempotency_retention_s": retention,
+            }
         return snapshot
 
     def _settled(self) -> bool:
