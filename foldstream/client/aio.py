@@ -30,7 +30,7 @@ from foldstream.client.flows import (
     Send,
 )
 from foldstream.client.policy import give_up, retry_policy
-from foldstream.routing import MAX_HOPS
+from foldstream.routing import MAX_HOPS, MaxLag
 
 T = TypeVar("T")
 
@@ -61,7 +61,7 @@ class AsyncFoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> Any:
         answer = await self.lookup(store, key, max_lag=max_lag, consistent_with=consistent_with)
@@ -72,7 +72,7 @@ class AsyncFoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> LookupAnswer:
         return await self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
