@@ -19,6 +19,8 @@ MAX_URL_LENGTH = 2048
 #: The store of the command side's aggregate snapshots (one more store of the events topic:
 #: changelog ``<service>._aggregates.changelog``). Projections may not take the name.
 AGGREGATE_STORE = "_aggregates"
+#: How often a member publishes its heartbeat (:class:`foldstream.cluster.map.Heartbeat`).
+HEARTBEAT_INTERVAL_MS = 500
 #: The largest micro-batch cap per partition a setting may ask for.
 MAX_BATCH_RECORDS = 100_000_000
 #: The longest retention of commands' Idempotency-Keys, and the most keys a partition keeps.
@@ -76,6 +78,10 @@ class Settings:
     standby_replicas: int = 1
     # How long a silent instance stays a member and keeps its partitions: bounds failover time.
     session_timeout_ms: int = 3000
+    # How late a member's heartbeats may be before it is a suspect: still a member (it keeps
+    # its partitions), but no instance redirects to it. Bounds how long clients are sent to a
+    # dead member; at most the session timeout, above the heartbeat interval (500 ms).
+    suspect_after_ms: int = 1000
     # /ready answers 200 only while every copy served is at most this many records behind its
     # source: not 0, which flaps under steady writes.
     ready_max_lag: int = 1000
@@ -126,6 +132,12 @@ class Settings:
         if self.session_timeout_ms < 1000:
             raise ConfigurationError(
                 f"session_timeout_ms must be >= 1000, got {self.session_timeout_ms}"
+            )
+        if not HEARTBEAT_INTERVAL_MS < self.suspect_after_ms <= self.session_timeout_ms:
+            raise ConfigurationError(
+                f"suspect_after_ms must be above the heartbeat interval ({HEARTBEAT_INTERVAL_MS})"
+                f" and at most session_timeout_ms ({self.session_timeout_ms}), got "
+                f"{self.suspect_after_ms}"
             )
         if self.ready_max_lag < 0:
             raise ConfigurationError(f"ready_max_lag must be >= 0, got {self.ready_max_lag}")
@@ -240,6 +252,7 @@ class Settings:
             ("advertised_url", str),
             ("standby_replicas", int),
             ("session_timeout_ms", int),
+            ("suspect_after_ms", int),
             ("store_host", str),
             ("ready_max_lag", int),
             ("auth_token", str),

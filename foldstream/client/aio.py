@@ -32,7 +32,7 @@ from foldstream.client.flows import (
     new_idempotency_key,
 )
 from foldstream.client.policy import give_up, retry_policy
-from foldstream.routing import MAX_HOPS
+from foldstream.routing import MAX_HOPS, MaxLag
 
 T = TypeVar("T")
 
@@ -63,7 +63,7 @@ class AsyncFoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> Any:
         answer = await self.lookup(store, key, max_lag=max_lag, consistent_with=consistent_with)
@@ -74,7 +74,7 @@ class AsyncFoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> LookupAnswer:
         return await self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))

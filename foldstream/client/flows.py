@@ -37,6 +37,7 @@ from foldstream.api_models import (
 from foldstream.client import errors
 from foldstream.client.params import ReadOptions, read_params
 from foldstream.client.routing import Router, origin
+from foldstream.routing import MaxLag
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -164,11 +165,14 @@ class ClientCore:
     # -- the map -------------------------------------------------------------------------------
 
     def refresh(self, force: bool = False) -> Flow[ClusterMap]:
-        """Read ``GET /cluster`` from the first instance that answers, if the map is stale."""
+        """Read ``GET /cluster`` from the first instance that answers, if the map is stale:
+        from the first whose view of the cluster is current, else from the first at all (an
+        instance cut off from the cluster may name owners replaced since)."""
         router = self.router
         if router.map is not None and not router.stale and not force:
             return router.map
         reasons = []
+        out_of_date: ClusterMap | None = None
         for url in router.instances():
             (result,) = yield [Send("GET", url + "/cluster")]
             if isinstance(result, httpx.TransportError):
@@ -178,10 +182,16 @@ class ClientCore:
             if result.status_code in (401, 403):
                 answer(result, ClusterMap)  # raises Unauthorized
             if result.status_code == 200:
-                router.update(answer(result, ClusterMap))
-                assert router.map is not None
-                return router.map
+                cluster = answer(result, ClusterMap)
+                if cluster.view_current:
+                    router.update(cluster)
+                    return cluster
+                out_of_date = out_of_date or cluster
+                continue
             reasons.append(f"{url}: {result.status_code}")
+        if out_of_date is not None:
+            router.update(out_of_date)
+            return out_of_date
         raise Retry(f"no instance answered GET /cluster: {reasons}", after=0.5)
 
     # -- one request, redirects followed ------------------------------------------------------
@@ -224,7 +234,7 @@ class ClientCore:
     # -- operations ---------------------------------------------------------------------------
 
     def lookup(
-        self, store: str, key: str, max_lag: int | None, consistent_with: str | None = None
+        self, store: str, key: str, max_lag: MaxLag, consistent_with: str | None = None
     ) -> Flow[LookupAnswer]:
         params = read_params(max_lag=max_lag, consistent_with=consistent_with)
         return self.read(store, key, None, params, LookupAnswer)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TypedDict
 
+from foldstream.routing import MaxLag
+
 #: A bound of a range or windows read: an ISO-8601 time (a datetime without a zone is UTC),
 #: epoch milliseconds or an integer sort key, or a text sort key.
 Bound = datetime | int | str
@@ -18,7 +20,7 @@ class ReadOptions(TypedDict, total=False):
     end: Bound | None
     limit: int | None
     after: str | None
-    max_lag: int | None
+    max_lag: MaxLag
     consistent_with: str | None
 
 
@@ -28,7 +30,7 @@ def read_params(
     end: Bound | None = None,
     limit: int | None = None,
     after: str | None = None,
-    max_lag: int | None = None,
+    max_lag: MaxLag = None,
     consistent_with: str | None = None,
 ) -> dict[str, str]:
     """The query parameters of a read: ``from``/``to`` from ``start``/``end``, and those given.

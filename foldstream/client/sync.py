@@ -31,7 +31,7 @@ from foldstream.client.flows import (
     new_idempotency_key,
 )
 from foldstream.client.policy import give_up, retry_policy
-from foldstream.routing import MAX_HOPS
+from foldstream.routing import MAX_HOPS, MaxLag
 
 T = TypeVar("T")
 
@@ -71,7 +71,7 @@ class FoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> Any:
         """The value of ``key`` in ``store`` (:class:`KeyNotFound` if it holds none)."""
@@ -82,12 +82,13 @@ class FoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> LookupAnswer:
         """The whole answer of a lookup: the value and who served it (``max_lag``: a standby
-        copy at most that many records behind may answer; ``consistent_with``: a command's
-        ``token``, answered only with state that includes that command)."""
+        copy at most that many records behind may answer, ``"any"``: a copy of any lag, even
+        unknown; ``consistent_with``: a command's ``token``, answered only with state that
+        includes that command)."""
         return self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
 
     def range(self, store: str, key: str, **options: Unpack[ReadOptions]) -> RangeAnswer:
