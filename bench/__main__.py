@@ -7,7 +7,8 @@ and on a 2-worker standalone Spark cluster, beside the plain consumer; ``rekey``
 stores' (issue 22: a chained store's freshness beside a single-stage one's, re-key throughput
 beside a plain confluent-kafka pipeline); ``takeover``, ``aggregates``, ``ryw`` and
 ``commands_vs_plain`` issue 25's (the command side's takeover, memory with many aggregates,
-read-your-writes, commands beside a minimal appending app)."""
+read-your-writes, commands beside a minimal appending app); ``sources`` Spark's own Kafka
+source beside foldstream's Python Data Source (rebuild and freshness, alternated)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from bench import (
     read_your_writes,
     rebuild,
     rekey,
+    sources,
     spark_standalone,
     takeover,
 )
@@ -68,6 +70,7 @@ SECTIONS = (
     "aggregates",
     "ryw",
     "commands_vs_plain",
+    "sources",
 )
 #: The sections that run on a broker of their own, each ``(run, bootstrap) -> figures``.
 OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
@@ -75,6 +78,7 @@ OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
     "rekey": rekey.rekey_figures,
     "aggregates": aggregate_memory.aggregate_memory_figures,
     "ryw": read_your_writes.read_your_writes_figures,
+    "sources": sources.sources_figures,
 }
 #: The sections that start the brokers they need themselves, each ``(run) -> figures``.
 OWN_BROKERS: dict[str, Callable[[BenchRun], list[Figure]]] = {
