@@ -61,8 +61,8 @@ def sizes(quick: bool) -> dict[str, Any]:
         takeover_aggregates=100_000,
         held_aggregates=5_000_000,
         ryw_probes=400,
-        source_events=600_000,
-        source_keys=100_000,
-        source_fresh_seconds=20.0,
+        source_events=200_000,
+        source_keys=50_000,
+        source_fresh_seconds=60.0,
         source_rounds=3,
     )
