@@ -7,8 +7,10 @@ and on a 2-worker standalone Spark cluster, beside the plain consumer; ``rekey``
 stores' (issue 22: a chained store's freshness beside a single-stage one's, re-key throughput
 beside a plain confluent-kafka pipeline); ``takeover``, ``aggregates``, ``ryw`` and
 ``commands_vs_plain`` issue 25's (the command side's takeover, memory with many aggregates,
-read-your-writes, commands beside a minimal appending app); ``sources`` Spark's own Kafka
-source beside foldstream's Python Data Source (rebuild and freshness, alternated)."""
+read-your-writes, commands beside a minimal appending app); ``failover_clients`` what clients
+see through a ``kill -9`` (redirects into the dead member, reads with ``max_lag`` answered
+again); ``sources`` Spark's own Kafka source beside foldstream's Python Data Source (rebuild and
+freshness, alternated)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from rich.console import Console
 from bench import (
     aggregate_memory,
     cluster,
+    failover_clients,
     lookups,
     ordered,
     plain_commands,
@@ -70,6 +73,7 @@ SECTIONS = (
     "aggregates",
     "ryw",
     "commands_vs_plain",
+    "failover_clients",
     "sources",
 )
 #: The sections that run on a broker of their own, each ``(run, bootstrap) -> figures``.
@@ -84,6 +88,7 @@ OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
 OWN_BROKERS: dict[str, Callable[[BenchRun], list[Figure]]] = {
     "takeover": takeover.takeover_figures,
     "commands_vs_plain": plain_commands.plain_command_figures,
+    "failover_clients": failover_clients.failover_client_figures,
 }
 
 

@@ -22,6 +22,32 @@ Feature: Commands append events, or are rejected and append nothing
     And nothing was appended
     And the store "stock" returns {"on_hand": 3} for "cmd-2"
 
+  Scenario: A command resent with its Idempotency-Key answers its first outcome and appends nothing more
+    When product "idem-1" is sent "receive_shipment" under Idempotency-Key "k-idem-1" with {"quantity": 2}
+    Then the command appended these events:
+      | type                     | data            |
+      | Product.Created          | {}              |
+      | Product.ShipmentReceived | {"quantity": 2} |
+    When product "idem-1" is sent "receive_shipment" under Idempotency-Key "k-idem-1" with {"quantity": 2}
+    Then the answer is the first one under Idempotency-Key "k-idem-1", marked replayed
+    And nothing was appended
+    When product "idem-1" is sent "receive_shipment" under Idempotency-Key "k-idem-1" with {"quantity": 3}
+    Then the command is rejected with status 422 saying "Idempotency-Key 'k-idem-1' was used for"
+    And nothing was appended
+    When product "idem-1" is sent "sell" under Idempotency-Key "k-idem-2" with {"quantity": 5}
+    Then the command is rejected with status 422 saying "only 2 on hand"
+    When product "idem-1" is sent "receive_shipment" under Idempotency-Key "k-idem-3" with {"quantity": 3}
+    And product "idem-1" is sent "sell" under Idempotency-Key "k-idem-2" with {"quantity": 5}
+    Then the command appended these events:
+      | type              | data            |
+      | Product.ItemsSold | {"quantity": 5} |
+    And the store "stock" returns {"on_hand": 0} for "idem-1"
+
+  Scenario: A command with an Idempotency-Key that is no key is refused
+    When product "idem-bad" is sent "receive_shipment" under Idempotency-Key "no spaces" with {"quantity": 1}
+    Then the command is rejected with status 400 saying "is not a key"
+    And nothing was appended
+
   Scenario Outline: A bad command gets its 4xx and appends nothing
     When <aggregate> "bad-1" is sent "<command>" with <body>
     Then the command is rejected with status <status> saying "<reason>"

@@ -26,7 +26,7 @@ from foldstream import auth
 from foldstream.api_docs import api_docs_routes, foldstream_version
 from foldstream.changelog import StandbyReplicas, StoreCatalog
 from foldstream.cluster import ClusterNode
-from foldstream.commands import CommandHandler, command_arguments
+from foldstream.commands import CommandHandler, Retention, command_arguments
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
 from foldstream.commands.snapshot_store import SnapshotStore
@@ -264,6 +264,7 @@ class Instance:
             max_record_bytes=event_bytes_limit(settings.limits),
             snapshots=snapshots,
             cache_size=settings.aggregate_cache_size,
+            retention=Retention(settings.idempotency_retention_s, settings.idempotency_max_keys),
         )
         handler.start()
         stack.callback(handler.close)

@@ -17,6 +17,7 @@ from pydantic.json_schema import JsonSchemaMode
 
 from foldstream import api_models as models
 from foldstream.commands.arguments import CommandArguments
+from foldstream.commands.idempotency import IDEMPOTENCY_PARAMETER
 from foldstream.http_input import InputLimits
 from foldstream.projections.projection import Projection
 from foldstream.query_api.range_answers import DEFAULT_LIMIT, MAX_LIMIT
@@ -78,6 +79,7 @@ ANSWER_MODELS: tuple[type[BaseModel], ...] = (
 )
 _RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
 _LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the owner's URL"}}
+_REPLAYED = {"Idempotent-Replayed": {"schema": {"const": "true"}, "description": "a retry"}}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -173,25 +175,26 @@ def _command_operation(spec: CommandArguments, security: list[Any] | None) -> di
                 "description": "the expected version, as a header",
                 "schema": {"type": "string"},
             },
+            IDEMPOTENCY_PARAMETER,
         ],
         "requestBody": {
             "required": required,
             "content": {"application/json": {"schema": _ref(_schema_name(spec))}},
         },
         "responses": {
-            "200": _json(_ref("CommandAnswer"), "appended: the events and where they landed"),
+            "200": _json(_ref("CommandAnswer"), "appended (or was: a retry)", headers=_REPLAYED),
             "307": _REDIRECT,
             "400": _error(
-                "malformed JSON, arguments not matching, bad expected_version, a query "
+                "malformed JSON, arguments not matching, bad expected_version or key, a query "
                 "parameter the route does not take"
             ),
             "404": _error("unknown aggregate or command"),
             "409": _json(_ref("VersionConflictAnswer"), "not at expected_version"),
             "413": _error("body or event too large"),
-            "422": _error("the command broke a domain rule"),
+            "422": _error("the command broke a domain rule, or its key named another request"),
             "503": _error(
                 "not the owner yet, or Kafka failed (the body says whether the outcome is "
-                "unknown: resend with expected_version)",
+                "unknown: resend with the same Idempotency-Key)",
                 headers=_RETRY_AFTER,
             ),
         },

@@ -143,7 +143,10 @@ HOPS = QueryParam(
     _COUNT,
 )
 MAX_LAG = QueryParam(
-    "max_lag", "a standby copy at most this many records behind may answer", _COUNT
+    "max_lag",
+    "a standby copy at most this many records behind may answer; any: a copy of any lag, "
+    "even unknown (a standby not measured yet, or an owner cut off from the cluster)",
+    {"oneOf": [_COUNT, {"const": "any"}]},
 )
 CONSISTENT_WITH = QueryParam(
     "consistent_with",

@@ -33,8 +33,10 @@ from foldstream.routing import (
     Local,
     Location,
     Locator,
+    MaxLag,
     Redirect,
     Unavailable,
+    max_lag_param,
     redirect_answer,
     unavailable_answer,
 )
@@ -335,13 +337,13 @@ def _route_of(raw_key: bytes) -> RouteParams:
     return WINDOWS_READ if raw_key.endswith(WINDOWS) else LOOKUP
 
 
-def routing_params(query_string: bytes, route: RouteParams) -> tuple[Params, int | None]:
+def routing_params(query_string: bytes, route: RouteParams) -> tuple[Params, MaxLag]:
     """The query's parameters, each one ``route`` takes, and its ``max_lag``, ``hops``
     checked (InvalidRequest)."""
     if not query_string:  # most lookups have none: spared the parsing
         return [], None
     params = route.checked(query_string)
-    max_lag = count("max_lag", last(params, "max_lag"))
+    max_lag = max_lag_param(last(params, "max_lag"))
     count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
     return params, max_lag
 

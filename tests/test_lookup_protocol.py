@@ -162,6 +162,8 @@ def _too_deep() -> bytes:
         (_get("/stores/%FF/keys/k-0"), True),
         (_get("/stores/kv/keys/" + "k" * 5000), True),  # key too long: 400
         (_get(f"/stores/kv/keys/{_key(0)}?max_lag=5"), True),
+        (_get(f"/stores/kv/keys/{_key(0)}?max_lag=any"), True),
+        (_get(f"/stores/kv/keys/{_key(0)}?max_lag=ANY"), True),  # 400
         (_get(f"/stores/kv/keys/{_key(0)}?max_lag=" + "9" * 5000), True),  # 400
         (_get(f"/stores/kv/keys/{_key(0)}?hops=" + "9" * 5000), True),  # 400
         (_get(f"/stores/kv/keys/{_key(1)}?hops=3"), True),  # too many hops: 503
