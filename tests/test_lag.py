@@ -18,6 +18,7 @@ from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.settings import AGGREGATE_STORE
 from foldstream.state import RocksDBWriter, partition_path
 from foldstream.state.local import LocalStores
+from foldstream.testing.kafka import await_settled
 
 
 def test_a_copy_without_a_lag_figure_is_not_caught_up() -> None:
@@ -132,6 +133,57 @@ def test_a_copy_of_every_committed_record_is_not_behind_an_open_or_aborted_trans
         assert ends.ends() == {0: 6}
         _measured(meter, topic)  # a new span is taken as it is (a projection at work moves it)
         assert _measured(meter, topic) == 0  # the same span again: found to hold no record
+    finally:
+        local.close()
+        ends.close()
+        replicas.close()
+
+
+def test_stores_of_one_topic_at_different_offsets_are_each_found_caught_up(
+    tmp_path: Path, broker: KafkaCluster
+) -> None:
+    """Two stores of one topic stand at different offsets before an aborted transaction (one
+    restored from a copy whose last change came earlier): each span is probed on its own. Kept
+    per partition, the spans alternated between the stores, were never probed, and an idle
+    owner reported a lag forever (its standbys, counted with it, never caught up)."""
+    topic = f"lag-{uuid.uuid4().hex[:8]}.events"
+    ensure_topics(broker.bootstrap, [TopicSpec(topic, 1)])
+    plain = Producer(producer_config(broker.bootstrap))
+    for n in range(2):
+        plain.produce(topic, key=b"k", value=b"%d" % n, partition=0)
+    assert plain.flush(30) == 0
+    for store, folded in (("stock", 1), ("sales", 0)):
+        copy = RocksDBWriter(partition_path(tmp_path, store, 0), identity=f"{topic}/0")
+        copy.write({b"k": b"folded"}, folded)
+        copy.close()
+    transactional_id = f"lag-{uuid.uuid4().hex}"
+    zombie = Producer(producer_config(broker.bootstrap, **{"transactional.id": transactional_id}))
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, key=b"k", value=b"zombie", partition=0)
+    assert zombie.flush(30) == 0  # offset 2
+    zombie.abort_transaction(30)  # its marker is 3
+    stores = {
+        "stock": StoreLayout(topic, f"{topic}.stock.changelog"),
+        "sales": StoreLayout(topic, f"{topic}.sales.changelog"),
+    }
+    replicas = StandbyReplicas(bootstrap=broker.bootstrap, state_dir=tmp_path, layouts=stores)
+    ends = ProbedEnds(broker.bootstrap, topic, [0])
+    local = LocalStores(tmp_path)
+    meter = LagMeter(
+        bootstrap=broker.bootstrap,
+        stores=stores,
+        local=local,
+        replicas=replicas,
+        ends={topic: ends},
+    )
+    try:
+        await_settled(broker.bootstrap, topic, 1)  # the abort's marker written
+        assert ends.ends() == {0: 4}
+        _measured(meter, topic)  # the spans seen first are taken as they are
+        lag = meter.measure([(topic, 0)])
+        # stock's span (2, 4) holds no record; sales's (1, 4) holds offset 1, not folded yet.
+        assert (lag["stock/0"], lag["sales/0"]) == (0, 3)
     finally:
         local.close()
         ends.close()

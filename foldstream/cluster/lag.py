@@ -50,6 +50,7 @@ class LagMeter:
         # The last measurement and its lag per (topic, partition), computed on first use (every
         # lookup asks): one tuple, replaced whole, so a figure never pairs with another one.
         self._measured: tuple[dict[str, int], dict[tuple[str, int], int | None]] = ({}, {})
+        # (store, partition): the last span measured, and the last one found to hold no record.
         self._empty_spans: dict[tuple[str, int], tuple[int, int]] = {}
         self._last_spans: dict[tuple[str, int], tuple[int, int]] = {}
 
@@ -84,7 +85,7 @@ class LagMeter:
                     continue
                 try:
                     applied = self._local.next_offset(store, p)
-                    lag[f"{store}/{p}"] = self._source_lag(topic, p, applied, ends[p])
+                    lag[f"{store}/{p}"] = self._source_lag(store, topic, p, applied, ends[p])
                 except Exception:  # noqa: BLE001 - the broker or the copy did not answer: unknown
                     log.debug("lag of %s/%d unknown", store, p, exc_info=True)
         for store, p in self.replicas.held():
@@ -99,24 +100,27 @@ class LagMeter:
         """The lag :meth:`measure` found last."""
         return self._measured[0]
 
-    def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
+    def _source_lag(self, store: str, topic: str, partition: int, applied: int, end: int) -> int:
         """``end - applied``, or 0 when only offsets without records a reader is given lie
         between them (transaction markers, an aborted transaction's records: the end is the
         last stable offset, past both); a span found empty is remembered until the offsets
         move.
 
         Probing the span costs a consumer, so it is done only for a span that did not move
-        since the last measurement: a projection at work moves it on every batch.
+        since the last measurement: a projection at work moves it on every batch. Spans are
+        kept per store: stores of one topic may stand at different offsets (one restored from a
+        copy whose last change came earlier), and spans kept per partition alternated between
+        them, never probed, so an idle owner reported a lag forever.
         """
-        span = (applied, end)
-        if end <= applied or self._empty_spans.get((topic, partition)) == span:
+        span, key = (applied, end), (store, partition)
+        if end <= applied or self._empty_spans.get(key) == span:
             return 0
-        last, self._last_spans[(topic, partition)] = self._last_spans.get((topic, partition)), span
+        last, self._last_spans[key] = self._last_spans.get(key), span
         if last != span:
             return end - applied
         if holds_records(self.bootstrap, topic, partition, applied, end, timeout=1.0):
             return end - applied
-        self._empty_spans[(topic, partition)] = (applied, end)
+        self._empty_spans[key] = span
         return 0
 
     def local(self, topic: str, partition: int, *, live: bool = False) -> int | None:
