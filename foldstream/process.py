@@ -287,8 +287,21 @@ def cluster_unsettled(instances: Sequence[InstanceProcess], *, standbys: bool = 
                 if entry["active"] not in urls:
                     return f"{instance.url}: {topic}/{p} has no live owner"
                 if standbys and not any(s["lag"] == 0 for s in entry["standbys"]):
-                    return f"{instance.url}: {topic}/{p} has no caught-up standby: {entry}"
+                    return (
+                        f"{instance.url}: {topic}/{p} has no caught-up standby: {entry} (the "
+                        f"lags members publish: {_published_lags(view, p)})"
+                    )
     return None
+
+
+def _published_lags(view: dict[str, Any], partition: str) -> dict[str, dict[str, int]]:
+    """Each member's published lag of ``partition``'s copies (a standby's lag counts its
+    owner's)."""
+    suffix = f"/{partition}"
+    return {
+        m["url"]: {k: v for k, v in (m.get("lag") or {}).items() if k.endswith(suffix)}
+        for m in view["instances"]
+    }
 
 
 def cluster_stable(instances: Sequence[InstanceProcess], *, standbys: bool = True) -> bool:
