@@ -49,7 +49,7 @@ from foldstream.query_api.stores import StoreInfo
 from foldstream.responses import error_response
 from foldstream.routing import Locator
 from foldstream.service import Service
-from foldstream.settings import AGGREGATE_STORE, Settings
+from foldstream.settings import Settings
 from foldstream.state.applied import AppliedOffsets
 from foldstream.state.host import StoreHost
 from foldstream.state.local import LocalStores
@@ -244,12 +244,7 @@ class Instance:
         if not self.service.aggregates:
             return None, None
         settings = self.settings
-        snapshots = SnapshotStore(
-            host,
-            bootstrap=settings.bootstrap_servers,
-            changelog_topic=settings.changelog_topic(AGGREGATE_STORE),
-        )
-        stack.callback(snapshots.close)
+        snapshots = SnapshotStore(host)
         handler = CommandHandler(
             aggregates=self.service.aggregates,
             bootstrap=settings.bootstrap_servers,

@@ -213,21 +213,26 @@ class StandbyReplicas:
                 outside.add(key)
             else:  # the client retries by itself; the event carries no record
                 log.warning("standby copy %s/%d: %s", *key, error)
-        failed = False
+        failed = set()
         for key, batch in by_key.items():
             replica = self._replicas[key]
             try:
                 self._feed(key, replica, batch)
             except Exception as exc:  # noqa: BLE001 - retried from the copy's own position
-                failed = True
+                failed.add(key)
                 self._failed(key, replica, exc)
         if failed:
             self._reassign()
         # End-of-partition events are handled after the records fetched with them, which may
         # precede them in the same poll: "caught up" counts every record copied before it.
         for key, end in at_end:
+            if key in failed:
+                continue  # its records are read again: it is not at the end
             replica = self._replicas[key]
-            replica.end = max(end, replica.position)
+            # Only transaction markers (and aborted records) lie between the last record read
+            # and the end: the copy has nothing left to read there.
+            replica.position = max(replica.position, end)
+            replica.end = replica.position
             if replica.copied >= 0:
                 log.info(
                     "standby copy %s/%d caught up after copying %d changelog records",

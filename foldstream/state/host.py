@@ -31,7 +31,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from foldstream.errors import ConfigurationError
 from foldstream.state.format import TABLE_FORMAT
-from foldstream.state.held import HeldPartition, PartitionClosed
+from foldstream.state.held import ChangelogSink, HeldPartition, PartitionClosed
 from foldstream.state.host_client import RemotePartition as RemotePartition  # re-exported
 from foldstream.state.host_client import StoreHostError as StoreHostError  # re-exported
 from foldstream.state.host_client import call_host as call_host  # re-exported
@@ -134,15 +134,27 @@ class StoreHost:
         threading.Thread(target=self._flush_idle, name="store-host-flush", daemon=True).start()
 
     def open(
-        self, store: str, partition: int, *, identity: str, epoch: int, wait_s: float = 60.0
+        self,
+        store: str,
+        partition: int,
+        *,
+        identity: str,
+        epoch: int,
+        changelog: ChangelogSink | None = None,
+        wait_s: float = 60.0,
     ) -> int:
-        """Hold ``(store, partition)`` open (no-op if it is) and return the epoch its changelog
-        records are written with: ``epoch``, or above the newest epoch the copy has seen in the
-        changelog. Waits while a previous writer, e.g. of an instance that was just killed,
-        still holds the RocksDB lock."""
+        """Hold ``(store, partition)`` open, its writes going to ``changelog`` first (a writer
+        that fenced every earlier one, handed over to the hold), and return the epoch its
+        changelog records are written with: ``epoch``, or above the newest epoch the copy has
+        seen in the changelog. Already held: the hold keeps its epoch and writes through
+        ``changelog`` if one is given. Waits while a previous writer, e.g. of an instance that
+        was just killed, still holds the RocksDB lock."""
         with self._lock:
-            if (store, partition) in self._held:
-                return self._held[(store, partition)].epoch
+            held = self._held.get((store, partition))
+            if held is not None:
+                if changelog is not None:
+                    held.replace_changelog(changelog)
+                return held.epoch
             path = partition_path(self.state_dir, store, partition)
             for attempt in Retrying(
                 stop=stop_after_delay(wait_s),
@@ -159,8 +171,14 @@ class StoreHost:
                         mapped_reads=store not in self.unmapped,
                     )
             epoch = max(epoch, writer.changelog_epoch() + 1)
-            self._held[(store, partition)] = HeldPartition(writer, f"{store}/{partition}", epoch)
+            name = f"{store}/{partition}"
+            self._held[(store, partition)] = HeldPartition(writer, name, epoch, changelog)
             return epoch
+
+    def fenced(self, store: str, partition: int) -> bool:
+        """Whether the held partition's changelog writer was fenced by another instance's."""
+        held = self._held.get((store, partition))
+        return held is not None and held.fenced is not None
 
     def close(self, keys: Iterable[StoreKey]) -> None:
         """Stop holding ``keys`` (flushed and closed once reads and writes under way end)."""

@@ -104,16 +104,14 @@ class RemotePartition(PartitionWriter):
         return self._changelog
 
     def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
+        """Have the host write the changes (to the changelog first, which gives the position
+        stored with them: ``changelog_offset`` is not used) with ``offset``."""
         call_host(
-            *self._call,
-            ("write", *self._target, self._token, self._applied, self._changes, offset)
-            + (changelog_offset,),
+            *self._call, ("write", *self._target, self._token, self._applied, self._changes, offset)
         )
         self._values.update(self._changes)
         self._changes = {}
         self._applied = offset
-        if changelog_offset is not None:
-            self._changelog = changelog_offset
 
     def close(self) -> None:
         self._changes = {}
