@@ -109,6 +109,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="per freshness round")
     parser.add_argument("--events", type=int, default=300_000, help="rebuilt per round")
     parser.add_argument("--keys", type=int, default=30_000)
+    parser.add_argument("--json", type=Path, help="where to write every round's figures")
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "this": HERE}
     tmp = Path(tempfile.mkdtemp(prefix="tree-ab-"))
@@ -152,6 +153,8 @@ def main() -> None:
                 figures = rebuild_round(trees[name], rebuild.bootstrap, state)
                 results[name]["rebuild"].append(figures)
                 print(f"round {n + 1} {name} rebuild: {figures['events/s']:,.0f} ev/s", flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
     summary(results)
 
 
