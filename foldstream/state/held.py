@@ -186,8 +186,17 @@ class HeldPartition(PartitionReader):
         def write_if_unchanged(writer: RocksDBWriter) -> None:
             if token != self.token or writer.applied_offset() != read_offset:
                 raise PartitionClosed(f"{self._name} was written or moved since it was read")
-            position = self._to_changelog(changes, offset, read_offset, writer.changelog_offset())
-            writer.write(changes, offset, changelog_offset=position, changelog_epoch=self.epoch)
+            stored = writer.changelog_offset()
+            # Records after the new position are appended after this: the writer is alone.
+            started_ms = time.time_ns() // 1_000_000
+            position = self._to_changelog(changes, offset, read_offset, stored)
+            writer.write(
+                changes,
+                offset,
+                changelog_offset=position,
+                changelog_epoch=self.epoch,
+                changelog_time=started_ms if position != stored else None,
+            )
 
         with self._writing:
             self._check_not_fenced()

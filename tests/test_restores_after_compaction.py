@@ -1,10 +1,14 @@
-"""A paused former owner's late changelog write, then compaction, then a restore: the restored
-copy must equal the fold of the events, on a real broker whose log cleaner really compacts the
-changelog, with the real task code folding through real store hosts.
+"""Restores from a changelog the broker's log cleaner really compacted (a Kafka node whose
+cleaner looks for work every 100 ms, the changelog rolling a segment every 100 ms).
 
-The pause is made deterministic: the former owner's store host stops answering (as when its
-process stands still) while its task waits for the partition's values, the new owner takes the
-partition over and writes the same key, and only then does the old host answer again.
+A paused former owner's late changelog write, then compaction, then a restore: the restored
+copy must equal the fold of the events, with the real task code folding through real store
+hosts. The pause is made deterministic: the former owner's store host stops answering (as when
+its process stands still) while its task waits for the partition's values, the new owner takes
+the partition over and writes the same key, and only then does the old host answer again.
+
+A copy that resumes from its position after a deletion's tombstone was compacted away would
+keep the key: it is rebuilt from the whole changelog instead.
 """
 
 from __future__ import annotations
@@ -210,3 +214,55 @@ def test_a_paused_owners_late_write_leaves_no_key_missing_after_compaction(
     # "later"): one of each key is left.
     assert sorted(key for key, _ in compacted) == [b"contested", b"fresh", b"later", b"other"]
     assert restored_values(cleaning_broker, tmp_path / "restored", layout) == dict(events.on_hand)
+
+
+def test_a_copy_too_old_for_the_deletions_since_is_rebuilt_not_resumed(
+    cleaning_broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """The copy read "a" and "b"; then "a" is deleted and its tombstone compacted away (kept
+    100 ms: the copy's position is older than half of that). Resumed from its position, the
+    copy would read nothing about "a" and keep it: it is rebuilt from the changelog."""
+    layout = StoreLayout("stale.events", "stale.s.changelog")
+    config = {**FAST_COMPACTION, "delete.retention.ms": "100"}
+    ensure_topics(
+        cleaning_broker.bootstrap,
+        [TopicSpec(layout.changelog_topic, 1, compact=True, config=config)],
+    )
+    writer = ChangelogWriter.fenced(
+        bootstrap=cleaning_broker.bootstrap, topic=layout.changelog_topic, partition=0
+    )
+    source = iter(range(1, 1000))
+
+    def write(changes: dict[bytes, bytes | None]) -> None:
+        offset = next(source)
+        writer.write(
+            changes, source_offset=offset, folded_from=offset - 1, epoch=1, source_id=None,
+            position=None,
+        )  # fmt: skip
+
+    try:
+        write({b"a": b"a@1", b"b": b"b@1"})
+        copy = tmp_path / "copy"
+        restore(
+            bootstrap=cleaning_broker.bootstrap, state_dir=copy, store="s", layout=layout,
+            partition=0,
+        )  # fmt: skip
+        write({b"a": None})
+        deadline = time.monotonic() + COMPACTED_WITHIN_S
+        while b"a" in {
+            key for key, _ in changelog_records(cleaning_broker, layout.changelog_topic)
+        }:
+            assert time.monotonic() < deadline, "the tombstone of a was never compacted away"
+            time.sleep(0.3)  # later than a segment's 100 ms and the tombstone's 100 ms
+            write({b"c": b"c@%d" % time.monotonic_ns()})  # segments roll, the cleaner works
+    finally:
+        writer.close()
+    restore(
+        bootstrap=cleaning_broker.bootstrap, state_dir=copy, store="s", layout=layout,
+        partition=0,
+    )  # fmt: skip
+    reader = open_copy(copy, "s", layout, 0)
+    try:
+        assert (reader.get(b"a"), reader.get(b"b")) == (None, b"b@1")
+    finally:
+        reader.close()
