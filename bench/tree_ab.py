@@ -32,6 +32,7 @@ from bench.workload import inventory_events, produce
 from foldstream.broker import KafkaCluster
 from foldstream.kafka import TopicSpec, ensure_topics
 from foldstream.process import InstanceProcess
+from foldstream.scrape import activity, scrape
 from foldstream.settings import Settings
 
 HERE = Path(__file__).resolve().parent.parent
@@ -76,9 +77,14 @@ class TreeInstance(InstanceProcess):
 
 
 def freshness_round(instance: InstanceProcess, rate: float, seconds: float) -> dict[str, float]:
+    """The round's freshness, the instance's CPU per command, and its micro-batches' and
+    tasks' mean times (``stock``'s, from its metrics: where a change of the fold's path
+    shows with less noise than end to end)."""
     instance.wait_ready(timeout=600)
+    before = scrape(instance.url)
     with CpuMeter(pid_of(instance)) as tree:
         result = freshness.run_client(instance.url, rate=rate, seconds=seconds, keys=1000)
+    during = activity(before, scrape(instance.url), "stock")
     ms = sorted((p.visible - p.acknowledged) * 1000 for p in result.probes if p.visible is not None)
     return {
         "p50 ms": freshness.percentile(ms, 0.5),
@@ -86,6 +92,8 @@ def freshness_round(instance: InstanceProcess, rate: float, seconds: float) -> d
         "probes": len(ms),
         "sent": result.sent,
         "instance CPU ms/command": tree.seconds * 1000 / max(result.sent, 1),
+        "batch mean ms": during.batch_mean_ms,
+        **{f"task {step} ms": value for step, value in during.task_mean_ms.items()},
     }
 
 
@@ -110,6 +118,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000, help="rebuilt per round")
     parser.add_argument("--keys", type=int, default=30_000)
     parser.add_argument("--json", type=Path, help="where to write every round's figures")
+    parser.add_argument("--no-rebuild", action="store_true", help="freshness rounds only")
     args = parser.parse_args()
     trees = {"base": args.base.resolve(), "this": HERE}
     tmp = Path(tempfile.mkdtemp(prefix="tree-ab-"))
@@ -137,25 +146,37 @@ def main() -> None:
                 print(f"round {n + 1} {name} freshness: {figures}", flush=True)
         for instance in instances.values():
             instance.stop()
-        rebuild = stack.enter_context(KafkaCluster(data_dir=tmp / "kafka-rebuild"))
-        settings = Settings(service="rebuild", bootstrap_servers=rebuild.bootstrap)
-        ensure_topics(
-            rebuild.bootstrap,
-            [
-                TopicSpec(settings.events_topic, PARTITIONS),
-                TopicSpec(settings.changelog_topic("stock"), PARTITIONS, compact=True),
-            ],
-        )
-        produce(rebuild.bootstrap, settings.events_topic, inventory_events(args.keys, args.events))
-        for n in range(args.rounds):
-            for name in trees if n % 2 == 0 else reversed(trees):
-                state = tmp / f"rebuild-{name}-{n}-{time.monotonic_ns()}"
-                figures = rebuild_round(trees[name], rebuild.bootstrap, state)
-                results[name]["rebuild"].append(figures)
-                print(f"round {n + 1} {name} rebuild: {figures['events/s']:,.0f} ev/s", flush=True)
+        if not args.no_rebuild:
+            rebuild_rounds(stack, trees, tmp, args, results)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
     summary(results)
+
+
+def rebuild_rounds(
+    stack: ExitStack,
+    trees: dict[str, Path],
+    tmp: Path,
+    args: argparse.Namespace,
+    results: dict[str, dict[str, list[dict[str, float]]]],
+) -> None:
+    """Each tree's rebuild of the same events, alternated, on a Kafka node of their own."""
+    rebuild = stack.enter_context(KafkaCluster(data_dir=tmp / "kafka-rebuild"))
+    settings = Settings(service="rebuild", bootstrap_servers=rebuild.bootstrap)
+    ensure_topics(
+        rebuild.bootstrap,
+        [
+            TopicSpec(settings.events_topic, PARTITIONS),
+            TopicSpec(settings.changelog_topic("stock"), PARTITIONS, compact=True),
+        ],
+    )
+    produce(rebuild.bootstrap, settings.events_topic, inventory_events(args.keys, args.events))
+    for n in range(args.rounds):
+        for name in trees if n % 2 == 0 else reversed(trees):
+            state = tmp / f"rebuild-{name}-{n}-{time.monotonic_ns()}"
+            figures = rebuild_round(trees[name], rebuild.bootstrap, state)
+            results[name]["rebuild"].append(figures)
+            print(f"round {n + 1} {name} rebuild: {figures['events/s']:,.0f} ev/s", flush=True)
 
 
 def summary(results: dict[str, dict[str, list[dict[str, float]]]]) -> None:
@@ -164,10 +185,14 @@ def summary(results: dict[str, dict[str, list[dict[str, float]]]]) -> None:
         "freshness p50 ms": ("freshness", "p50 ms"),
         "freshness p99 ms": ("freshness", "p99 ms"),
         "instance CPU ms/command": ("freshness", "instance CPU ms/command"),
+        "micro-batch mean ms": ("freshness", "batch mean ms"),
+        "task commit mean ms": ("freshness", "task commit ms"),
         "rebuild events/s": ("rebuild", "events/s"),
     }
     for label, (kind, key) in figures.items():
-        medians = {n: statistics.median(r[key] for r in results[n][kind]) for n in results}
+        if not all(results[n][kind] for n in results):
+            continue  # not measured in this run
+        medians = {n: statistics.median(r.get(key, 0.0) for r in results[n][kind]) for n in results}
         print(
             f"{label}: this {medians['this']:,.1f}, base {medians['base']:,.1f}, "
             f"ratio {medians['this'] / medians['base']:.3f}"
