@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from foldstream.projections.chunks import FOLD_CHUNK_RECORDS, Records, partition_chunks
-from foldstream.projections.fold import commit_folded, fold_and_send
+from foldstream.projections.fold import fold_and_send
 from foldstream.projections.poison import PoisonPolicy
 from foldstream.projections.projection import Projection
 from foldstream.projections.query_groups import store_entries
@@ -22,7 +22,7 @@ from foldstream.projections.task_output import Folded, await_acknowledgements, t
 from foldstream.projections.task_steps import TaskSteps
 from foldstream.projections.worker import after_task, gc_paused
 from foldstream.state.host import PartitionClosed
-from foldstream.state.host_client import RemotePartition, call_host
+from foldstream.state.host_client import RemotePartition, call_host, commit_all
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +100,17 @@ class _FoldTask:
 
     def settle(self) -> None:
         """Wait for the pending partitions' dead-letter and forwarded records of every store,
-        then commit each."""
+        then commit them all in one request: the store host writes them side by side, each
+        partition's changes to its changelog, then to its state."""
+        pending = [(s, p, f) for s in self.stores for p, f in s.pending.items()]
         with self.steps.step("acks"):
-            await_acknowledgements([f for store in self.stores for f in store.pending.values()])
+            await_acknowledgements([folded for _, _, folded in pending])
+        writes = [(s, p, f) for s, p, f in pending if f.last_offset is not None]
+        with self.steps.step("commit"):
+            closed = commit_all([(_remote(f), f.last_offset or 0) for _, _, f in writes])
+        outcome = {(id(s), p): c for (s, p, _), c in zip(writes, closed, strict=True)}
         for store in self.stores:
-            store.commit()
+            store.committed({p: outcome.get((id(store), p)) for p in store.pending})
 
     def applied(self) -> dict[int, tuple[int, int]]:
         applied: dict[int, tuple[int, int]] = {}
@@ -121,6 +127,12 @@ class _FoldTask:
         records (the metrics)."""
         for store in self.stores:
             store.report(self.handled)
+
+
+def _remote(folded: Folded) -> RemotePartition:
+    """The store host's partition ``folded`` was folded into (a task folds into no other)."""
+    assert isinstance(folded.writer, RemotePartition), folded.writer
+    return folded.writer
 
 
 class _StoreFold:
@@ -186,23 +198,20 @@ class _StoreFold:
             if folded.stop is not None:
                 self.moved.add(partition)  # its later chunks stay unfolded
 
-    def commit(self) -> None:
-        """Commit each pending partition (its dead-letter and forwarded records acknowledged;
-        the store host writes its changes to the changelog, then to the state); report where a
-        partition stopped once what came before it is committed."""
+    def committed(self, closed: Mapping[int, PartitionClosed | None]) -> None:
+        """Count what the pending partitions committed (``closed``: the partitions the host
+        refused, moved away meanwhile); report where a partition stopped once what came before
+        it is committed."""
         for partition, folded in self.pending.items():
-            try:
-                with self.steps.step("commit"):
-                    done = commit_folded(folded)
-            except PartitionClosed:
+            if closed[partition] is not None:
                 self.moved.add(partition)
                 continue
             self.outcomes.update(folded.outcomes)
             self.late += folded.late
-            if done is not None:
-                count, offset = done
+            if folded.last_offset is not None:
+                offset = folded.last_offset
                 before = self.applied.get(partition, (0, offset))[0]
-                self.applied[partition] = (before + count, offset)
+                self.applied[partition] = (before + folded.applied, offset)
             if folded.stop is not None:
                 with contextlib.suppress(PartitionClosed):  # moved meanwhile: nothing to stop
                     stop = ("stop", self.store, partition, *folded.stop)

@@ -23,6 +23,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -45,6 +46,8 @@ IDLE_FLUSH_ENTRIES = 1000
 
 #: How long a new connection has for its handshake.
 HANDSHAKE_TIMEOUT_S = 10.0
+#: Partitions of one request written at once (each waits for its changelog's transaction).
+WRITES_AT_ONCE = 8
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
@@ -117,6 +120,8 @@ class StoreHost:
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
         self.address = ""
+        # A task's partitions written side by side: each waits for its changelog transaction.
+        self._writes: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         if self.host in _WILDCARDS:
@@ -126,6 +131,7 @@ class StoreHost:
                 "master)"
             )
         self._stopped.clear()
+        self._writes = ThreadPoolExecutor(WRITES_AT_ONCE, thread_name_prefix="store-host-write")
         server = socket.create_server((self.host, 0))
         self._server = server
         bound_host, port = server.getsockname()[:2]
@@ -226,6 +232,9 @@ class StoreHost:
 
     def stop(self) -> None:
         self._stopped.set()
+        writes, self._writes = self._writes, None
+        if writes is not None:
+            writes.shutdown(wait=False)
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -340,6 +349,8 @@ class StoreHost:
             if kind == "late":
                 self._report_late(store, *arguments)
                 return "ok", None
+            if kind == "writes":
+                return "ok", self._answer_writes(*arguments)
             held = self._held_or_closed(store, partition)
             if kind == "read":
                 return "ok", held.read(*arguments)
@@ -356,6 +367,19 @@ class StoreHost:
         except Exception as exc:  # noqa: BLE001 - raised again in the task, which Spark retries
             log.exception("store host request failed")
             return "error", f"{type(exc).__name__}: {exc}"
+
+    def _answer_writes(self, requests: list[tuple[Any, ...]]) -> list[tuple[str, Any]]:
+        """The answer to each ``write`` of a ``writes`` request, in order: written side by
+        side (each waits for its changelog's transaction, so their transactions overlap), or
+        one after the other once the host is stopping."""
+        writes = self._writes
+        if writes is None:
+            return [self._answer_write(request) for request in requests]
+        return list(writes.map(self._answer_write, requests))
+
+    def _answer_write(self, request: tuple[Any, ...]) -> tuple[str, Any]:
+        """The answer to one ``write`` of a ``writes`` request."""
+        return self._answer(("write", *request))
 
 
 def _set_receive_timeout(fileno: int, seconds: float) -> None:
