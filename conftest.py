@@ -9,6 +9,7 @@ pytest_plugins = [
     "foldstream.testing.cluster_plugin",
     "features.steps.recovery_steps",
     "features.steps.pause_steps",
+    "features.steps.held_standby_steps",
     "features.steps.rebuild_steps",
     "features.steps.bookings_topics",
 ]

@@ -7,7 +7,9 @@ and on a 2-worker standalone Spark cluster, beside the plain consumer; ``rekey``
 stores' (issue 22: a chained store's freshness beside a single-stage one's, re-key throughput
 beside a plain confluent-kafka pipeline); ``takeover``, ``aggregates``, ``ryw`` and
 ``commands_vs_plain`` issue 25's (the command side's takeover, memory with many aggregates,
-read-your-writes, commands beside a minimal appending app)."""
+read-your-writes, commands beside a minimal appending app); ``failover_clients`` what clients
+see through a ``kill -9`` (redirects into the dead member, reads with ``max_lag`` answered
+again)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from rich.console import Console
 from bench import (
     aggregate_memory,
     cluster,
+    failover_clients,
     lookups,
     ordered,
     plain_commands,
@@ -68,6 +71,7 @@ SECTIONS = (
     "aggregates",
     "ryw",
     "commands_vs_plain",
+    "failover_clients",
 )
 #: The sections that run on a broker of their own, each ``(run, bootstrap) -> figures``.
 OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
@@ -80,6 +84,7 @@ OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
 OWN_BROKERS: dict[str, Callable[[BenchRun], list[Figure]]] = {
     "takeover": takeover.takeover_figures,
     "commands_vs_plain": plain_commands.plain_command_figures,
+    "failover_clients": failover_clients.failover_client_figures,
 }
 
 

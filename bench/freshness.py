@@ -193,7 +193,7 @@ class TailingFold:
         self.commits: dict[int, list[tuple[int, float]]] = {p: [] for p in range(partitions)}
         ends = ProbedEnds(bootstrap, topic, list(range(partitions)))
         try:
-            starts = ends.ends()  # read from data: right even where the broker under-reports
+            starts = ends.ends()  # the last stable offsets: where a committed reader starts
         finally:
             ends.close()
         self.consumer = Consumer(consumer_config(bootstrap, fetch_wait_max_ms=10))

@@ -21,8 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+from foldstream.commands.key_entries import Retention, Stamp
+from foldstream.commands.key_index import KeyIndex
 from foldstream.commands.snapshot_store import MAX_SNAPSHOT_BYTES, SnapshotPartition
 from foldstream.commands.unreplayable import (
     INDEX_KEY,
@@ -69,7 +71,8 @@ class CacheBudget:
 
 class PartitionAggregates:
     """The aggregates of events partition ``partition``: in memory and, with ``store``, as
-    snapshots in the aggregate store (see the module)."""
+    snapshots in the aggregate store (see the module), and the index of its keyed commands
+    (``keys``, written with the snapshots: :mod:`.key_index`)."""
 
     def __init__(
         self,
@@ -77,11 +80,13 @@ class PartitionAggregates:
         codec: SnapshotCodec,
         store: SnapshotPartition | None = None,
         budget: CacheBudget | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.partition = partition
         self.codec = codec
         self.store = store
         self.budget = budget or CacheBudget()
+        self.keys = KeyIndex(partition, store, retention or Retention())
         self._clean: OrderedDict[str, Aggregate] = OrderedDict()
         self._dirty: dict[str, tuple[int, Aggregate]] = {}
         self._unwritten: dict[str, Staged] = {}
@@ -164,32 +169,42 @@ class PartitionAggregates:
             self._clean.pop(aggregate_id, None)
             return self._generation
 
-    def committed(self, snapshots: Mapping[str, Staged], offset: int) -> None:
+    def committed(
+        self,
+        snapshots: Mapping[str, Staged],
+        offset: int,
+        keyed: Iterable[tuple[Stamp, int]] = (),
+    ) -> None:
         """The transaction whose last event is at ``offset`` committed ``snapshots``
-        (``{aggregate id: (generation, snapshot)}``): they are written with the next
+        (``{aggregate id: (generation, snapshot)}``) and the keyed commands ``keyed`` (each
+        with the offset of its last event): they are written with the next
         :meth:`write_committed`."""
         with self._lock:
             self._unwritten.update(snapshots)
             self._unwritten_offset = offset
+            self.keys.committed(keyed)
             if self.store is None:  # nothing to write: clean at once
                 self._cleaned(self._unwritten)
                 self._unwritten = {}
+                self.keys.write_in_memory()
 
     def has_unwritten(self) -> bool:
-        return bool(self._unwritten) and not self.closed
+        return (bool(self._unwritten) or self.keys.has_new()) and not self.closed
 
     def write_committed(self) -> int:
         """Write the committed snapshots not written yet (blocking: in a worker thread);
         returns how many. Raises what the store raises; they are written with the next call."""
         with self._writing:
             with self._lock:
-                if self.closed or self.store is None or not self._unwritten:
+                if self.closed or self.store is None or not self.has_unwritten():
                     return 0
                 batch, self._unwritten = self._unwritten, {}
                 offset = self._unwritten_offset
+                keyed = self.keys.take()  # the keyed commands of the same transactions
             assert offset is not None
+            changes: dict[bytes, bytes | None] = {i.encode(): v for i, (_, v) in batch.items()}
             try:
-                self.store.write({i.encode(): v for i, (_, v) in batch.items()}, offset)
+                self.keys.write(self.store, changes, offset, keyed)
             except BaseException:
                 with self._lock:
                     self._unwritten = batch | self._unwritten  # newer ones win
@@ -235,6 +250,7 @@ class PartitionAggregates:
             self._clean.clear()
             self._dirty.clear()
             self._unwritten.clear()
+        self.keys.close()
         self.budget.leave()
 
     def wait_closed(self) -> None:
@@ -334,9 +350,10 @@ class PartitionAggregates:
             with self._lock:
                 self._clean.update((i, a) for i, (_, a) in self._dirty.items())
                 self._dirty.clear()
+            self.keys.write_in_memory()
             return
         if offset is None or (self.position is not None and offset <= self.position):
-            if not self._dirty and not self._repair and not self.broken:
+            if not (self._dirty or self._repair or self.broken or self.keys.has_new()):
                 return
             offset = max(offset or 0, self.position or 0)
         self._write_replayed(offset, final=True)
@@ -359,7 +376,7 @@ class PartitionAggregates:
         listed |= self.broken
         if listed or self._repair:
             changes[INDEX_KEY] = encode_index(listed)
-        self.store.write(changes, offset)
+        self.keys.write(self.store, changes, offset, self.keys.take())
         with self._lock:
             self.position = offset
             self._cleaned({i: (g, b"") for i, (g, _) in dirty.items()})

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from foldstream.backoff import Backoff
 from foldstream.commands.aggregates import PartitionAggregates, Staged
+from foldstream.commands.key_entries import Stamp
 from foldstream.commands.writer import PartitionWriter
 from foldstream.domain import EventRecord
 from foldstream.errors import BrokerUnavailable, FoldstreamError, PartitionFenced, RecordTooLarge
@@ -48,6 +49,8 @@ class _Batch:
     waiters: list[tuple[int, asyncio.Future[int]]] = field(default_factory=list)
     #: ``{aggregate id: (generation, snapshot)}`` of the aggregates its commands changed
     snapshots: dict[str, Staged] = field(default_factory=dict)
+    #: ``(index of a keyed command's last record, its stamp)``
+    keyed: list[tuple[int, Stamp]] = field(default_factory=list)
     sealed: bool = False  # its transaction has started: nothing more joins it
 
 
@@ -94,11 +97,14 @@ class GroupCommitter:
         writer: PartitionWriter,
         records: Sequence[EventRecord],
         snapshot: tuple[str, Staged] | None = None,
+        keyed: Stamp | None = None,
     ) -> asyncio.Future[int]:
         """Queue ``records`` (one command's) for ``writer``'s partition; the future resolves to
         the offset of the last of them once their transaction committed, or raises its error.
         ``snapshot``: ``(aggregate id, (generation, snapshot))`` of the aggregate the command
-        changed, written to the aggregate store once the transaction committed.
+        changed, written to the aggregate store once the transaction committed; ``keyed``: the
+        stamp of a command sent with an ``Idempotency-Key``, indexed once it committed (even
+        if its client went away meanwhile).
 
         Raises :class:`RecordTooLarge`, queueing nothing, if a record is larger than
         ``max_record_bytes`` (:meth:`check`)."""
@@ -119,6 +125,8 @@ class GroupCommitter:
             batch.snapshots[snapshot[0]] = snapshot[1]
         done: asyncio.Future[int] = loop.create_future()
         batch.waiters.append((len(batch.records) - 1, done))
+        if keyed is not None:
+            batch.keyed.append((len(batch.records) - 1, keyed))
         if writer.partition not in self._flushing:
             self._flushing.add(writer.partition)
             loop.create_task(self._flush(writer.partition))
@@ -136,6 +144,7 @@ class GroupCommitter:
                         self._executor(), batch.writer.append, batch.records
                     )
                 except Exception as exc:  # noqa: BLE001 - handed to every command of the batch
+                    batch.writer.aggregates.keys.failed(stamp for _, stamp in batch.keyed)
                     if isinstance(exc, PartitionFenced | BrokerUnavailable):
                         self._on_failed(batch.writer, exc)
                     for _, waiter in batch.waiters:
@@ -147,16 +156,18 @@ class GroupCommitter:
                     for index, waiter in batch.waiters:
                         if not waiter.done():  # the client may have gone away meanwhile
                             waiter.set_result(offsets[index])
-                    self._committed(batch, offsets[-1])
+                    keyed = [(stamp, offsets[index]) for index, stamp in batch.keyed]
+                    self._committed(batch, offsets[-1], keyed)
                 finally:
                     queue.pop(0)
         finally:
             self._flushing.discard(partition)
 
-    def _committed(self, batch: _Batch, offset: int) -> None:
-        """Hand the committed batch's snapshots over to be written (see the module)."""
+    def _committed(self, batch: _Batch, offset: int, keyed: list[tuple[Stamp, int]]) -> None:
+        """Hand the committed batch's snapshots and keyed commands over to be written (see the
+        module)."""
         aggregates = batch.writer.aggregates
-        aggregates.committed(batch.snapshots, offset)
+        aggregates.committed(batch.snapshots, offset, keyed)
         if aggregates.has_unwritten() and aggregates not in self._persisting:
             self._persisting.add(aggregates)
             asyncio.get_running_loop().create_task(self._persist(aggregates))

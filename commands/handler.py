@@ -16,6 +16,7 @@ aggregates are rebuilt by a replay when it is taken again.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -26,12 +27,14 @@ from typing import Any
 from foldstream.commands.aggregates import DEFAULT_CACHE_SIZE, CacheBudget, PartitionAggregates
 from foldstream.commands.arguments import CommandArguments, command_arguments
 from foldstream.commands.group_commit import MAX_RECORD_BYTES, GroupCommitter
-from foldstream.commands.outcomes import CommandResult, UnknownCommand, VersionConflict
+from foldstream.commands.idempotency import KeyedRequest, with_key
+from foldstream.commands.key_entries import Retention
+from foldstream.commands.outcomes import CommandResult, UnknownCommand, describe
 from foldstream.commands.replay import replay
 from foldstream.commands.snapshot_store import SnapshotStore
-from foldstream.commands.working_copy import working_copy
+from foldstream.commands.working_copy import run_on_copy, version_of
 from foldstream.commands.writer import PartitionWriter
-from foldstream.domain import Aggregate, DomainRuleViolation, EventCodec
+from foldstream.domain import Aggregate, EventCodec
 from foldstream.domain.snapshots import SnapshotCodec
 from foldstream.errors import (
     ConfigurationError,
@@ -59,11 +62,6 @@ def _check_wanted(partitions: Iterable[int], still_wanted: Callable[[int], bool]
 ReleaseCallback = Callable[[int, FoldstreamError], None]
 
 
-def version_of(aggregate: Aggregate | None) -> int:
-    """eventsourcing's version of ``aggregate``: 0 when it has no events yet."""
-    return 0 if aggregate is None else int(aggregate.version)
-
-
 class CommandHandler:
     """Handles commands for ``aggregates`` (``{"product": Product}``) on ``topic``.
 
@@ -77,7 +75,9 @@ class CommandHandler:
     (:class:`PartitionFenced`) or after a transaction whose outcome is unknown
     (:class:`BrokerUnavailable`). It must not block. ``snapshots``: the aggregate store
     (None: every aggregate in memory, replayed from offset 0 at every takeover);
-    ``cache_size``: the aggregates kept in memory with a store, shared by the partitions.
+    ``cache_size``: the aggregates kept in memory with a store, shared by the partitions;
+    ``retention``: how long and how many keyed commands each partition remembers
+    (:mod:`.key_index`).
     """
 
     def __init__(
@@ -95,8 +95,10 @@ class CommandHandler:
         max_record_bytes: int = MAX_RECORD_BYTES,
         snapshots: SnapshotStore | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
+        retention: Retention | None = None,
     ) -> None:
         self.aggregates = dict(aggregates)
+        self.retention = retention or Retention()
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
@@ -242,7 +244,9 @@ class CommandHandler:
         if retired is not None:
             retired.wait_closed()  # its last snapshots are written before the replay reads
         store = None if self.snapshots is None else self.snapshots.partition(partition)
-        aggregates = PartitionAggregates(partition, self._snapshot_codec, store, self.cache)
+        aggregates = PartitionAggregates(
+            partition, self._snapshot_codec, store, self.cache, self.retention
+        )
         return PartitionWriter(
             bootstrap=self.bootstrap,
             topic=self.topic,
@@ -312,6 +316,7 @@ class CommandHandler:
         command: str,
         arguments: Any,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> CommandResult:
         """Run ``command`` on the aggregate and append its events; raises on any rejection.
 
@@ -326,49 +331,54 @@ class CommandHandler:
         :class:`~foldstream.domain.snapshots.UnstorableAggregate`). When its transaction fails
         (:class:`PartitionFenced`, :class:`BrokerUnavailable`) the handler gives the partition
         up with its aggregates, and every command queued after it fails too.
+
+        With ``idempotency_key``, a command the key named before and the partition still
+        remembers is not run again: its first outcome is answered (``remembered``), or
+        :class:`~.idempotency.IdempotencyKeyReused` if the key came with another request; one
+        still in flight is waited for first (:mod:`.key_index`).
         """
         kwargs = self.arguments(aggregate, command).bind(arguments)
         if self._executor is None:
             raise RuntimeError("the command handler is not started")
         cls = self.aggregates[aggregate]
         partition = self.partition_of(aggregate_id)
+        keyed = None
+        if idempotency_key is not None:
+            keyed = KeyedRequest.of(
+                idempotency_key, aggregate, aggregate_id, command, arguments, expected_version
+            )
+        writer, remembered = await self._writer_and_outcome(partition, keyed)
+        if remembered is not None:
+            return remembered
         # No await until the events are queued: commands of a partition run one at a time.
-        writer = self._writer(partition)
         aggregates = writer.aggregates
         current = aggregates.get(aggregate_id)  # a snapshot read on a cache miss
         working, events = run_on_copy(cls, aggregate_id, current, expected_version, command, kwargs)
+        described = describe(events)
         records = [self._codec.encode(e) for e in events]
+        stamp = None if keyed is None else aggregates.keys.stamp(keyed, described)
+        if stamp is not None:
+            records = [with_key(record, stamp.header) for record in records]
         self._committer.check(records)
         snapshot = aggregates.snapshot_of(working)  # refused here if it cannot be stored
         # The next command sees this one's effects; if its transaction fails, the writer is
         # closed and these aggregates are dropped with it.
         generation = aggregates.stage(aggregate_id, working)
         staged = None if snapshot is None else (aggregate_id, (generation, snapshot))
-        offset = await self._committer.append(writer, records, staged)
-        return CommandResult.of(events, partition, offset)
+        if stamp is not None:
+            aggregates.keys.begin(stamp)  # a retry meanwhile waits for this attempt
+        offset = await self._committer.append(writer, records, staged, stamp)
+        return CommandResult(described, partition, offset)
 
-
-def run_on_copy(
-    cls: type[Aggregate],
-    aggregate_id: str,
-    current: Aggregate | None,
-    expected_version: int | None,
-    command: str,
-    kwargs: dict[str, Any],
-) -> tuple[Aggregate, list[Any]]:
-    """Run ``command`` on a copy of ``current`` (a new ``cls`` when None), at
-    ``expected_version`` when given: the copy and its new events. The copy is what a
-    rejected command leaves its changes in, so none reach memory."""
-    if current is not None and not isinstance(current, cls):
-        raise UnknownCommand(
-            f"{aggregate_id!r} is a {type(current).__name__}, not a {cls.__name__}"
-        )
-    if expected_version is not None and expected_version != version_of(current):
-        raise VersionConflict(aggregate_id, expected_version, version_of(current))
-    target = current if current is not None else cls(id=aggregate_id)  # type: ignore[call-arg]
-    working = working_copy(target) if current is not None else target
-    getattr(working, command)(**kwargs)
-    events = list(working.collect_events())
-    if not events:
-        raise DomainRuleViolation(f"{command} changed nothing")
-    return working, events
+    async def _writer_and_outcome(
+        self, partition: int, keyed: KeyedRequest | None
+    ) -> tuple[PartitionWriter, CommandResult | None]:
+        """The partition's writer, and the outcome of the command ``keyed`` names if the
+        partition remembers it (None: run it). An attempt of it still in flight is waited for
+        (it always ends: its transaction has a timeout), then the partition asked again."""
+        while True:
+            writer = self._writer(partition)
+            found = None if keyed is None else writer.aggregates.keys.find(keyed)
+            if not isinstance(found, asyncio.Future):
+                return writer, found
+            await asyncio.shield(found)

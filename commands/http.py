@@ -11,17 +11,21 @@ from starlette.routing import Route
 
 from foldstream.commands.arguments import InvalidArguments
 from foldstream.commands.handler import CommandHandler
+from foldstream.commands.idempotency import IdempotencyKeyReused, idempotency_key
 from foldstream.commands.outcomes import UnknownCommand, VersionConflict
 from foldstream.commands.unreplayable import AggregateUnreplayable
 from foldstream.domain import DomainRuleViolation
 from foldstream.domain.snapshots import UnstorableAggregate
 from foldstream.errors import BrokerUnavailable, InvalidRequest, NotOwner, RecordTooLarge
-from foldstream.http_input import InputLimits, count, last, query_params
+from foldstream.http_input import InputLimits, count, last
 from foldstream.responses import error_response
+from foldstream.route_params import COMMAND
 from foldstream.routing import HOPS_PARAM, Locator, Redirect, Unavailable, redirect, unavailable
 from foldstream.tokens import token_for
 
 _PREFIX = b"/commands/"
+#: On the answer to a command whose first attempt's outcome it repeats (nothing appended now).
+REPLAYED_HEADER = "Idempotent-Replayed"
 #: Renders as :class:`JSONResponse` does (the same bytes), without making an encoder per answer.
 _JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
@@ -63,8 +67,11 @@ def command_target(request: Request, limits: InputLimits) -> tuple[str, str, str
     scope = request.scope
     raw_path: bytes = scope.get("raw_path") or request.url.path.encode()
     limits.check_url(raw_path, scope["query_string"])
+    # Checked before the command is located: a misspelt expected_version is refused, never
+    # run without its version check here or at the owner it would be redirected to.
+    params = COMMAND.checked(scope["query_string"]) if scope["query_string"] else []
     # Checked here too, not only when redirecting: the same request is answered alike anywhere.
-    count(HOPS_PARAM, last(query_params(scope["query_string"]), HOPS_PARAM) or None)
+    count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
     parts = raw_path[len(_PREFIX) :].split(b"/") if raw_path.startswith(_PREFIX) else []
     if len(parts) != 3:
         raise InvalidRequest("aggregate ids and names may not hold '/' (%2F)", status=404)
@@ -94,14 +101,17 @@ def command_routes(
         """``POST /commands/{aggregate}/{aggregate_id}/{command}`` with a JSON object of arguments.
 
         Optional ``?expected_version=N`` (or header ``If-Match: N``): run only if the aggregate
-        is at version N (0 = no events yet). Answers 200 with the events and the position of
-        the last one; 400 bad arguments, version or path; 404 unknown aggregate or command;
+        is at version N (0 = no events yet). Optional ``Idempotency-Key: K``: a command the
+        partition remembers under K is not run again, its first 200 is answered (with
+        ``Idempotent-Replayed: true``). Answers 200 with the events and the position of the
+        last one; 400 bad arguments, version, key or path, or a query parameter other than
+        ``expected_version`` (and ``hops``, which redirects add); 404 unknown aggregate or command;
         409 version conflict (``current_version`` in the body) or an aggregate whose events
         could not be replayed (the record and cause in ``error``); 413 body or event too large;
-        414 URL too long; 422 domain rule broken; 503 with ``Retry-After`` when this instance
-        does not own the aggregate's partition (``partition`` in the body) or Kafka failed.
-        Nothing is appended unless the answer is 200, except after a 503 naming an unknown
-        outcome: resend with ``expected_version`` to stay safe.
+        414 URL too long; 422 domain rule broken, or K used for another request; 503 with
+        ``Retry-After`` when this instance does not own the aggregate's partition
+        (``partition`` in the body) or Kafka failed. Nothing is appended unless the answer is
+        200, except after a 503 naming an unknown outcome: resend with the same K to learn it.
         """
         try:
             aggregate, aggregate_id, command = command_target(request, bounds)
@@ -116,10 +126,11 @@ def command_routes(
             return unavailable(location)
         try:
             version = expected_version(request)
+            key = idempotency_key(request.headers.getlist("idempotency-key"))
             body = await bounds.read_body(request)
             arguments = bounds.load_json(body) if body.strip() else {}
             result = await handler().handle(
-                aggregate, aggregate_id, command, arguments, expected_version=version
+                aggregate, aggregate_id, command, arguments, version, idempotency_key=key
             )
         except COMMAND_ERRORS as exc:
             return command_error(exc)
@@ -128,7 +139,10 @@ def command_routes(
             "position": {"partition": result.partition, "offset": result.offset},
             "token": token_for(commands.topic, result.partition, result.offset),
         }
-        return Response(_JSON.encode(answer).encode(), media_type="application/json")
+        headers = {REPLAYED_HEADER: "true"} if result.remembered else None
+        return Response(
+            _JSON.encode(answer).encode(), media_type="application/json", headers=headers
+        )
 
     return [Route("/commands/{aggregate}/{aggregate_id}/{command}", run_command, methods=["POST"])]
 
@@ -142,6 +156,7 @@ STATUS_OF: dict[type[Exception], int] = {
     RecordTooLarge: 413,
     DomainRuleViolation: 422,
     UnstorableAggregate: 422,
+    IdempotencyKeyReused: 422,
     NotOwner: 503,
     BrokerUnavailable: 503,
 }
@@ -160,6 +175,8 @@ def command_error(exc: Exception) -> JSONResponse:
         return _error(status, exc, expected_version=exc.expected, current_version=exc.current)
     if isinstance(exc, NotOwner):
         return _error(status, exc, headers, partition=exc.partition)
+    if isinstance(exc, IdempotencyKeyReused):
+        return _error(status, exc, idempotency_key=exc.key)
     return _error(status, exc, headers)
 
 

@@ -36,23 +36,30 @@ class VersionConflict(FoldstreamError):
         self.current = current
 
 
+def describe(events: list[Any]) -> list[dict[str, Any]]:
+    """Domain ``events`` as a command's answer lists them: type, version and own fields."""
+    return [
+        {
+            "type": type(e).__qualname__,
+            "version": e.originator_version,
+            **{k: v for k, v in vars(e).items() if k not in _ENVELOPE},
+        }
+        for e in events
+    ]
+
+
 @dataclass(frozen=True)
 class CommandResult:
-    """The events a command appended and where the last one landed."""
+    """The events a command appended and where the last one landed; ``remembered``: the
+    outcome of an earlier attempt sent with the same ``Idempotency-Key`` (nothing appended
+    now)."""
 
     events: list[dict[str, Any]]
     partition: int
     offset: int
+    remembered: bool = False
 
     @classmethod
     def of(cls, events: list[Any], partition: int, offset: int) -> CommandResult:
-        """The result of domain ``events``, each listed by type, version and its own fields."""
-        described = [
-            {
-                "type": type(e).__qualname__,
-                "version": e.originator_version,
-                **{k: v for k, v in vars(e).items() if k not in _ENVELOPE},
-            }
-            for e in events
-        ]
-        return cls(events=described, partition=partition, offset=offset)
+        """The result of domain ``events`` (:func:`describe`)."""
+        return cls(events=describe(events), partition=partition, offset=offset)

@@ -76,6 +76,10 @@ class CommandPartitions:
         """The partitions accepting commands (replayed)."""
         return self.handler.owned()
 
+    def idempotency_retention_s(self) -> float:
+        """How long the handler remembers commands' Idempotency-Keys at least."""
+        return self.handler.retention.seconds
+
     def wanted(self, partition: int) -> bool:
         return partition in self._wanted and not self._stopping.is_set()
 

@@ -12,6 +12,8 @@ each, logs and counts it; an event's aggregate is then left out (its state is un
 answers commands with :class:`~.unreplayable.AggregateUnreplayable`, naming the record and
 the cause (kept in the store: :mod:`.unreplayable`). The partition's other aggregates are
 replayed as usual.
+
+The keys of keyed commands are indexed as their events are replayed (:mod:`.key_index`).
 """
 
 from __future__ import annotations
@@ -109,8 +111,10 @@ def _replay_record(
         reason = _skipped(where, record, aggregate_id, exc, done.skipped <= LOGGED_SKIPS)
         if reason is not None and aggregate_id is not None:
             target.broke(aggregate_id, reason, offset)
+        target.keys.replay_failed(record)
         return
     done.events += 1
+    target.keys.replayed(record, offset, domain_event)  # its Idempotency-Key, if it has one
 
 
 def _aggregate_id(record: EventRecord) -> str | None:

@@ -102,7 +102,7 @@ class PartitionWriter:
                 raise BrokerUnavailable(
                     f"transaction on partition {self.partition} failed ({exc}); its outcome is "
                     "unknown and this instance released the partition. Resend the command with "
-                    "expected_version to apply it at most once"
+                    "the same Idempotency-Key (or expected_version) to apply it at most once"
                 ) from exc
             landed = {(m.partition(), e) for e, m in delivered}
             if len(delivered) != len(records) or landed != {(self.partition, None)}:

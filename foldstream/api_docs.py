@@ -14,6 +14,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from foldstream.route_params import DOCS, OPENAPI, RefusingUnknown, refusing_unknown
+
 
 def foldstream_version() -> str:
     """The installed foldstream's version (``0+unknown`` when it is not installed)."""
@@ -35,4 +37,7 @@ def api_docs_routes(document: dict[str, Any]) -> list[BaseRoute]:
     async def openapi(request: Request) -> Response:
         return Response(body, media_type="application/json")
 
-    return [Route("/openapi.json", openapi), Mount("/docs", asset_files("docs"), name="docs")]
+    return [
+        Route("/openapi.json", refusing_unknown(OPENAPI, openapi)),
+        Mount("/docs", RefusingUnknown(asset_files("docs"), DOCS), name="docs"),
+    ]

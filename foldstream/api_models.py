@@ -35,7 +35,10 @@ class ServedBy(_Answer):
     """Which instance answered a lookup, from which copy of the key's partition."""
 
     instance: str
-    role: Literal["active", "standby"]
+    role: Literal["active", "standby", "unconfirmed"] = Field(
+        description="unconfirmed: the active copy of an instance whose view of the cluster is "
+        "not current (it may have been replaced meanwhile), served only to max_lag=any"
+    )
     partition: int
     lag: int | None = Field(description="records the copy lacks, when known")
 
@@ -175,13 +178,20 @@ class StoresAnswer(_Answer):
 class StandbyCopy(_Answer):
     url: str
     lag: int | None
+    suspect: bool = Field(default=False, description="its instance is a suspect: not asked")
 
 
 class PartitionOwners(_Answer):
-    """Who answers for one partition: the active owner's URL (None while nobody owns it) and
-    the instances keeping standby copies, with how many records each lacks."""
+    """Who answers for one partition: the active owner's URL (None while nobody owns it, or
+    while its owner is a suspect, then named by ``suspect``) and the instances keeping standby
+    copies, with how many records each lacks."""
 
     active: str | None
+    suspect: str | None = Field(
+        default=None,
+        description="the owner's URL while it is a suspect (its heartbeats are late: it may be "
+        "dead): no request is sent there",
+    )
     standbys: list[StandbyCopy]
 
 
@@ -206,6 +216,11 @@ class Member(_Answer):
     standby: dict[str, list[int]] = Field(default_factory=dict)
     lag: dict[str, int] = Field(default_factory=dict, description='"<store>/<partition>": lag')
     last_seen_s: float = 0.0
+    suspect: bool = Field(
+        default=False,
+        description="its heartbeats are late (it may be dead): no request is sent to it until it "
+        "beats again or the session timeout drops it",
+    )
 
 
 class StoreLayout(_Answer):
@@ -216,10 +231,12 @@ class StoreLayout(_Answer):
 
 class CommandLayout(_Answer):
     """The events topic commands are appended to (a command goes to its aggregate id's
-    partition's owner)."""
+    partition's owner), and how long a command's ``Idempotency-Key`` is remembered at least
+    (null: the instances do not honour the header)."""
 
     topic: str
     partitions: int
+    idempotency_retention_s: float | None = None
 
 
 class ClusterMap(_Answer):
@@ -229,6 +246,11 @@ class ClusterMap(_Answer):
     generation: int
     leader: str | None = None
     settled: bool
+    view_current: bool = Field(
+        default=True,
+        description="false while the instance answering has not read its own heartbeat back "
+        "within the session timeout: this map may be out of date",
+    )
     instances: list[Member]
     partitions: dict[str, dict[str, PartitionOwners]] = Field(
         description="topic -> partition number (as a string) -> owners"

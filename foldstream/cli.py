@@ -33,6 +33,7 @@ from foldstream.serve_options import (
     SparkMasterOption,
     StandbysOption,
     StateDirOption,
+    SuspectAfterMsOption,
 )
 from foldstream.serving import HttpServer
 
@@ -132,6 +133,7 @@ def serve(
     advertised_url: AdvertisedUrlOption = None,
     standbys: StandbysOption = None,
     session_timeout_ms: SessionTimeoutMsOption = None,
+    suspect_after_ms: SuspectAfterMsOption = None,
     server: ServerOption = HttpServer.uvicorn,
     ready_max_lag: ReadyMaxLagOption = None,
     auth_token_file: AuthTokenFileOption = None,
@@ -163,6 +165,7 @@ def serve(
         advertised_url=advertised_url,
         standby_replicas=standbys,
         session_timeout_ms=session_timeout_ms,
+        suspect_after_ms=suspect_after_ms,
         ready_max_lag=ready_max_lag,
         auth_token_file=auth_token_file,
         auth_queries=auth_queries,

@@ -24,6 +24,7 @@ from foldstream.client import AsyncFoldstreamClient, ClientError
 from foldstream.errors import InvalidRequest
 from foldstream.http_input import InputLimits
 from foldstream.responses import error_response
+from foldstream.route_params import UI, UI_LOOKUP, RefusingUnknown
 
 _LOOKUP = b"/ui/api/lookup/"
 
@@ -36,6 +37,8 @@ def dashboard_routes(url: str, limits: InputLimits, timeout: float = 10.0) -> li
         raw: bytes = request.scope.get("raw_path") or request.url.path.encode()
         try:
             limits.check_url(raw, request.scope["query_string"])
+            if request.scope["query_string"]:
+                UI_LOOKUP.checked(request.scope["query_string"])
             store, _, key = raw[len(_LOOKUP) :].partition(b"/")
             name = limits.name(store, "store name")
             wanted = limits.key(key).decode()
@@ -55,5 +58,5 @@ def dashboard_routes(url: str, limits: InputLimits, timeout: float = 10.0) -> li
 
     return [
         Route("/ui/api/lookup/{store}/{key:path}", lookup),
-        Mount("/ui", asset_files("ui"), name="ui"),
+        Mount("/ui", RefusingUnknown(asset_files("ui"), UI), name="ui"),
     ]

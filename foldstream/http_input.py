@@ -159,16 +159,19 @@ def query_params(query_string: bytes) -> Params:
     return parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
 
 
-def count(name: str, raw: str | None, maximum: int = MAX_INT) -> int | None:
+def count(
+    name: str, raw: str | None, maximum: int = MAX_INT, *, alternative: str = ""
+) -> int | None:
     """A non-negative integer parameter (ASCII digits only, at most ``maximum``); None when
-    absent. Never converts more than 19 digits."""
+    absent. Never converts more than 19 digits. ``alternative``: what else the parameter
+    takes, said in the error."""
     if raw is None:
         return None
     text = raw.strip()
     if _DIGITS.fullmatch(text) is None or int(text) > maximum:
         shown = raw if len(raw) <= 40 else f"{raw[:40]}... ({len(raw)} characters)"
         raise InvalidRequest(
-            f"{name} must be a non-negative integer (at most {maximum}), got {shown!r}"
+            f"{name} must be a non-negative integer (at most {maximum}){alternative}, got {shown!r}"
         )
     return int(text)
 

@@ -26,7 +26,7 @@ from foldstream import auth
 from foldstream.api_docs import api_docs_routes, foldstream_version
 from foldstream.changelog import StandbyReplicas, StoreCatalog
 from foldstream.cluster import ClusterNode
-from foldstream.commands import CommandHandler, command_arguments
+from foldstream.commands import CommandHandler, Retention, command_arguments
 from foldstream.commands.http import command_routes
 from foldstream.commands.ownership import CommandPartitions
 from foldstream.commands.snapshot_store import SnapshotStore
@@ -47,6 +47,7 @@ from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.rebuild_http import rebuild_routes
 from foldstream.query_api.stores import StoreInfo
 from foldstream.responses import error_response
+from foldstream.route_params import METRICS, refusing_unknown
 from foldstream.routing import Locator
 from foldstream.service import Service
 from foldstream.settings import Settings
@@ -94,8 +95,10 @@ class Instance:
                 self.metrics.late_records.labels(projection.store)
         if authentication is None:
             authentication = auth.configured(settings, service.authentication)
+        #: Every route of the app (each declares its query parameters: foldstream.route_params).
+        self.routes = self._routes(authentication)
         app = Starlette(
-            routes=self._routes(authentication),
+            routes=self.routes,
             lifespan=self._lifespan,
             exception_handlers={HTTPException: _http_error},
         )
@@ -138,7 +141,7 @@ class Instance:
                 consistency_wait_s=settings.consistency_wait_ms / 1000,
             ),
             *rebuild_routes(lambda: self._require(self.node).rebuilds),
-            Route("/metrics", self._metrics),
+            Route("/metrics", refusing_unknown(METRICS, self._metrics)),
             *api_docs_routes(document),
             *dashboard_routes(settings.url, limits),
         ]
@@ -256,6 +259,7 @@ class Instance:
             max_record_bytes=event_bytes_limit(settings.limits),
             snapshots=snapshots,
             cache_size=settings.aggregate_cache_size,
+            retention=Retention(settings.idempotency_retention_s, settings.idempotency_max_keys),
         )
         handler.start()
         stack.callback(handler.close)

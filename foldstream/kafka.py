@@ -12,7 +12,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition, murmur2
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+    murmur2,
+)
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from foldstream.errors import BrokerUnavailable, ConfigurationError
 from foldstream.kafka_client import client_config
@@ -138,11 +147,12 @@ def read_partitions_to_end(
     end, in poll batches; ``prefetch_kbytes`` bounds what the consumer fetches ahead of them
     (None: librdkafka's default, 64 MB).
 
-    The end is where each partition reports end-of-partition after its last record, which is
-    right even on brokers that under-report log end offsets. Reading every partition from 0
-    starts at the first offset each holds; otherwise a start past a partition's end is an
-    error, never a silent jump back to its first record (Kafka answers OFFSET_OUT_OF_RANGE; a
-    broker that answers nothing at all, such as Tansu, is reported after ``timeout``).
+    Committed records only: the end is the last stable offset the partitions' leaders answer
+    when the read starts (:func:`listed_ends`; a transaction still open there ends the read
+    before its records; an aborted one's records are never given). A start of 0 is the
+    partition's first offset (records before it deleted by retention or ``DeleteRecords``);
+    any other start past a partition's end is an error, never a silent jump back to its first
+    record.
     """
     config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
     if prefetch_kbytes is not None:
@@ -150,25 +160,34 @@ def read_partitions_to_end(
     if any(starts.values()):
         config["auto.offset.reset"] = "error"
     consumer = Consumer(config)
-    # Offset 0 rather than OFFSET_BEGINNING: Tansu took a long time to resolve that on every read.
-    consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
-    at_end: set[int] = set()
     try:
-        while len(at_end) < len(starts):
+        ends = listed_ends(consumer, topic, starts, timeout)
+        past = {p: (o, ends[p]) for p, o in starts.items() if o > ends[p]}
+        if past:
+            raise BrokerUnavailable(
+                f"reading {topic}: starts past the partitions' ends ({{partition: (start, end)}}: "
+                f"{past}): the topic was created again since?"
+            )
+        consumer.assign(
+            [TopicPartition(topic, p, OFFSET_BEGINNING if o == 0 else o) for p, o in starts.items()]
+        )
+        reached = dict(starts)
+        while any(reached[p] < ends[p] for p in starts):
             messages = consume_available(consumer, 10_000, timeout)
             if not messages:
                 raise BrokerUnavailable(
-                    f"no answer for {timeout}s while reading {topic} from {dict(starts)} (a "
-                    "start past the end, e.g. of a topic created again, gets none either)"
+                    f"no answer for {timeout}s while reading {topic} from {dict(starts)} to "
+                    f"{ends} (at {reached}): check that the Kafka cluster is reachable"
                 )
             batch = []
             for message in messages:
                 error = message.error()
                 if error is None:
-                    at_end.discard(message.partition())
+                    reached[message.partition()] = message.offset() + 1
                     batch.append(message)
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
+                    partition = message.partition()
+                    reached[partition] = max(reached[partition], message.offset())
                 elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                     raise BrokerUnavailable(
                         f"reading {topic} from {dict(starts)}: a start lies outside its "
@@ -180,6 +199,38 @@ def read_partitions_to_end(
                 yield batch
     finally:
         consumer.close()
+
+
+def listed_ends(
+    consumer: Any, topic: str, partitions: Iterable[int], timeout: float
+) -> dict[int, int]:
+    """``{partition: end}`` as the partitions' leaders answer ListOffsets (the last stable
+    offset for a ``read_committed`` consumer): asked until every partition answers, as a newly
+    elected leader answers OFFSET_NOT_AVAILABLE until its high watermark caught up (KIP-207).
+
+    Reading to the first end-of-partition instead could stop short there: a new leader's high
+    watermark trails the records its predecessor acknowledged until its followers fetch again,
+    and a replay that stopped short would decide commands on stale aggregates."""
+    wanted = [TopicPartition(topic, p, OFFSET_END) for p in partitions]
+
+    def ask() -> dict[int, int]:
+        answered = consumer.offsets_for_times(wanted, timeout=min(timeout, 5.0))
+        failed = [tp for tp in answered if tp.error is not None or tp.offset < 0]
+        if failed:
+            raise BrokerUnavailable(
+                f"the ends of {topic}: {[(tp.partition, tp.error) for tp in failed]}"
+            )
+        return {tp.partition: tp.offset for tp in answered}
+
+    try:
+        return Retrying(  # type: ignore[no-any-return]
+            stop=stop_after_delay(timeout),
+            wait=wait_fixed(0.1),
+            retry=retry_if_exception_type((BrokerUnavailable, KafkaException)),
+            reraise=True,
+        )(ask)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"asking the ends of {topic}: {exc}") from exc
 
 
 def producer_config(bootstrap: str, *, linger_ms: int = 5, **extra: object) -> dict[str, object]:
@@ -203,11 +254,23 @@ def producer_config(bootstrap: str, *, linger_ms: int = 5, **extra: object) -> d
 BOUNDED_PREFETCH_KBYTES = 4096
 
 
+#: A consumer's ``isolation.level``. ``read_committed`` hides the records of aborted
+#: transactions (a fenced command writer's) and stops at the last stable offset, before an open
+#: transaction; docs/decisions.md, "Isolation levels", says which reader uses which and why.
+Isolation = Literal["read_committed", "read_uncommitted"]
+
+
 def consumer_config(
-    bootstrap: str, *, fetch_wait_max_ms: int = 10, **extra: object
+    bootstrap: str,
+    *,
+    fetch_wait_max_ms: int = 10,
+    isolation: Isolation = "read_committed",
+    **extra: object,
 ) -> dict[str, object]:
     """A consumer without a group: callers assign partitions and track offsets themselves.
-    With this process's client properties, as :func:`producer_config`."""
+    It reads committed records only unless ``isolation`` says otherwise: set here rather than
+    left to librdkafka's default, and a client configuration may not change it. With this
+    process's client properties, as :func:`producer_config`."""
     return client_config(
         bootstrap,
         **{
@@ -217,19 +280,17 @@ def consumer_config(
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": fetch_wait_max_ms,
             "enable.partition.eof": True,
+            "isolation.level": isolation,
             **extra,
         },
     )
 
 
-def end_reader_config(bootstrap: str, *, fetch_wait_max_ms: int = 10) -> dict[str, object]:
-    """A consumer reading at partitions' ends (a tail, a probe): fetches of at most 64 KB a
-    partition, and a bounded prefetch (:data:`BOUNDED_PREFETCH_KBYTES`)."""
-    return consumer_config(
-        bootstrap,
-        fetch_wait_max_ms=fetch_wait_max_ms,
-        **{
-            "fetch.message.max.bytes": 65536,
-            "queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES,
-        },
-    )
+def tail_config(bootstrap: str, *, fetch_wait_max_ms: int = 10) -> dict[str, object]:
+    """A consumer tailing partitions at their ends (a projection's planner,
+    :class:`~foldstream.offsets.EndOffsets`): fetches of at most 64 KB a partition, and a
+    bounded prefetch (:data:`BOUNDED_PREFETCH_KBYTES`)."""
+    config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+    config["fetch.message.max.bytes"] = 65536
+    config["queued.max.messages.kbytes"] = BOUNDED_PREFETCH_KBYTES
+    return config

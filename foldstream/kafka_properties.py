@@ -33,6 +33,9 @@ FOREIGN_ENV = re.compile(
 
 _WHY_PRODUCER = "the command side's exactly-once appends and key routing depend on it"
 _WHY_CONSUMER = "consumers assign partitions and keep their own offsets"
+_WHY_COMMITTED = (
+    "stores, copies and replays read committed records only, never a fenced writer's aborted events"
+)
 _WHY_TUNED = "foldstream tunes it per client (freshness, memory, the changelog's ack timeout)"
 #: Properties foldstream sets on its clients itself, and why: a client configuration may not
 #: set them.
@@ -46,6 +49,7 @@ MANAGED: dict[str, str] = {
     "enable.auto.offset.store": _WHY_CONSUMER,
     "auto.offset.reset": _WHY_CONSUMER,
     "enable.partition.eof": _WHY_CONSUMER,
+    "isolation.level": _WHY_COMMITTED,
     "linger.ms": _WHY_TUNED,
     "fetch.wait.max.ms": _WHY_TUNED,
     "fetch.message.max.bytes": _WHY_TUNED,

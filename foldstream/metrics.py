@@ -30,7 +30,11 @@ application imports can add to or clash with what an instance serves. What it ho
 - ``foldstream_partition_role{topic,partition,role}`` and
   ``foldstream_partition_lag{store,partition}``: what this instance serves (``active``),
   restores or keeps a ``standby`` copy of, and how far behind each local copy is;
-- ``foldstream_cluster_invalid_records_total``: records of the cluster topic ignored as invalid.
+- ``foldstream_cluster_invalid_records_total``: records of the cluster topic ignored as invalid;
+- ``foldstream_cluster_suspicions_total`` / ``foldstream_cluster_suspects``: members that turned
+  suspect (heartbeats late: nothing is routed to them) in this instance's view, and those that
+  are now; ``foldstream_cluster_view_current``: 1 while this instance's own heartbeats are read
+  back within the session timeout (0: it answers as if cut off from the cluster).
 
 The micro-batch figures come from Spark's progress reports through a
 :class:`~pyspark.sql.streaming.StreamingQueryListener`, so every micro-batch is counted once,
@@ -132,7 +136,33 @@ class _ClusterFigures(Collector):
             for copy, behind in sorted(figures["lag"].items()):
                 store, _, number = copy.rpartition("/")
                 lag.add_metric([store, number], behind)
-        yield from (invalid, roles, lag)
+        yield from (invalid, roles, lag, *_standing(figures))
+
+
+def _standing(figures: ClusterFigures | None) -> tuple[Metric, ...]:
+    """How this member sees the others (suspects) and itself (whether its view is current)."""
+    suspicions, suspects, current = (
+        (0, 0, False)
+        if figures is None
+        else (figures["suspicions"], figures["suspects"], figures["view_current"])
+    )
+    return (
+        CounterMetricFamily(
+            "foldstream_cluster_suspicions",
+            "Members that turned suspect (heartbeats late: no request is sent to them)",
+            value=suspicions,
+        ),
+        GaugeMetricFamily(
+            "foldstream_cluster_suspects",
+            "Members that are suspects now",
+            value=suspects,
+        ),
+        GaugeMetricFamily(
+            "foldstream_cluster_view_current",
+            "1 while this instance's own heartbeats are read back within the session timeout",
+            value=int(current),
+        ),
+    )
 
 
 class InstanceMetrics:

@@ -1,15 +1,13 @@
-"""The true end of each partition of a topic, kept current by a tailing consumer.
+"""The end of each partition of a topic, kept current by a tailing consumer that keeps the
+records it reads, for a projection's micro-batches.
 
-Some Kafka-protocol brokers under-report the log end offset (ListOffsets, watermarks), which would
-leave the tail of a partition unread forever. The end offsets here are instead learnt from data:
-the consumer starts at the reported end, reads whatever lies beyond it, and records the offset
-after the last record it saw or the end-of-partition position. This is correct on every broker.
-(:mod:`foldstream.end_probes` learns ends without reading every record, for readers that need
-the ends alone.)
-
-Optionally the tail also keeps the records it reads (:meth:`EndOffsets.records`): a projection's
-source plans its micro-batches from these ends, so the records of a small micro-batch are already
-in hand when it is planned, and its task need not fetch them again.
+A projection's source plans its micro-batches from these ends, so the records of a small
+micro-batch are already in hand when it is planned (:meth:`EndOffsets.records`), and its task
+need not fetch them again; the tail also wakes the planner as soon as records arrive. The
+consumer starts at the end Kafka reports and reads committed records only: an end is the
+offset after the last record read or where the consumer reports the partition's end, the last
+stable offset, so a micro-batch never reaches into an open transaction. (For the ends alone,
+:mod:`foldstream.end_probes` asks the broker instead of reading every record.)
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, To
 from foldstream.domain.records import kafka_timestamp
 from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
-from foldstream.kafka import consume_available, end_reader_config
+from foldstream.kafka import consume_available, tail_config
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +178,7 @@ class EndOffsets:
         self._resume_at: dict[int, int] = {}
         self._bootstrap = bootstrap
         self._probe: ProbedEnds | None = None  # made at the first pause: most tails never pause
-        self._consumer = Consumer(end_reader_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
+        self._consumer = Consumer(tail_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms))
         self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in self.partitions])
         self._thread = threading.Thread(target=self._run, name=f"end-offsets-{topic}", daemon=True)
         self._thread.start()

@@ -17,10 +17,26 @@ from pydantic.json_schema import JsonSchemaMode
 
 from foldstream import api_models as models
 from foldstream.commands.arguments import CommandArguments
+from foldstream.commands.idempotency import IDEMPOTENCY_PARAMETER
 from foldstream.http_input import InputLimits
 from foldstream.projections.projection import Projection
 from foldstream.query_api.range_answers import DEFAULT_LIMIT, MAX_LIMIT
 from foldstream.query_api.stores import sort_key_of
+from foldstream.route_params import (
+    BATCH,
+    CLUSTER,
+    COMMAND,
+    HEALTH,
+    LOOKUP,
+    METRICS,
+    OWNERS,
+    RANGE_READ,
+    READY,
+    REBUILD,
+    STORES,
+    WINDOWS_READ,
+    RouteParams,
+)
 
 REF = "#/components/schemas/{model}"
 
@@ -63,6 +79,7 @@ ANSWER_MODELS: tuple[type[BaseModel], ...] = (
 )
 _RETRY_AFTER = {"Retry-After": {"schema": {"type": "integer"}, "description": "seconds"}}
 _LOCATION = {"Location": {"schema": {"type": "string"}, "description": "the owner's URL"}}
+_REPLAYED = {"Idempotent-Replayed": {"schema": {"const": "true"}, "description": "a retry"}}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -151,34 +168,33 @@ def _command_operation(spec: CommandArguments, security: list[Any] | None) -> di
         "description": details,
         "parameters": [
             {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
-            {
-                "name": "expected_version",
-                "in": "query",
-                "description": "run only if the aggregate is at this version (0: no events)",
-                "schema": {"type": "integer", "minimum": 0},
-            },
+            *COMMAND.openapi(),
             {
                 "name": "If-Match",
                 "in": "header",
                 "description": "the expected version, as a header",
                 "schema": {"type": "string"},
             },
+            IDEMPOTENCY_PARAMETER,
         ],
         "requestBody": {
             "required": required,
             "content": {"application/json": {"schema": _ref(_schema_name(spec))}},
         },
         "responses": {
-            "200": _json(_ref("CommandAnswer"), "appended: the events and where they landed"),
+            "200": _json(_ref("CommandAnswer"), "appended (or was: a retry)", headers=_REPLAYED),
             "307": _REDIRECT,
-            "400": _error("malformed JSON, arguments not matching, bad expected_version"),
+            "400": _error(
+                "malformed JSON, arguments not matching, bad expected_version or key, a query "
+                "parameter the route does not take"
+            ),
             "404": _error("unknown aggregate or command"),
             "409": _json(_ref("VersionConflictAnswer"), "not at expected_version"),
             "413": _error("body or event too large"),
-            "422": _error("the command broke a domain rule"),
+            "422": _error("the command broke a domain rule, or its key named another request"),
             "503": _error(
                 "not the owner yet, or Kafka failed (the body says whether the outcome is "
-                "unknown: resend with expected_version)",
+                "unknown: resend with the same Idempotency-Key)",
                 headers=_RETRY_AFTER,
             ),
         },
@@ -198,8 +214,11 @@ def _store_paths(
         "operationId": f"{store}.owners",
         "tags": tag,
         "summary": f"Which instances answer for a key of {store}",
-        "parameters": [_key_param(limits)],
-        "responses": {"200": _json(_ref("OwnersAnswer"), "the partition and its copies")},
+        "parameters": [_key_param(limits), *OWNERS.openapi()],
+        "responses": {
+            "200": _json(_ref("OwnersAnswer"), "the partition and its copies"),
+            "400": _error(_BAD_PARAMETER),
+        },
     }
     if reads.kind == "point":
         paths = _lookup_paths(store, limits)
@@ -222,11 +241,12 @@ def _rebuild_operation(security: list[Any] | None) -> dict[str, Any]:
         "summary": "Rebuild the version of a store that answers, beside it (docs/concepts/"
         "versions.md)",
         "parameters": [
-            {"name": "store", "in": "path", "required": True, "schema": {"type": "string"}}
+            {"name": "store", "in": "path", "required": True, "schema": {"type": "string"}},
+            *REBUILD.openapi(),
         ],
         "responses": {
             "202": _json(_ref("RebuildAnswer"), "every instance builds the new generation"),
-            "400": _error("a malformed store name, or a body"),
+            "400": _error("a malformed store name, a body, or a query parameter"),
             "404": _error("no such store"),
             "409": _error("a newer version or a rebuild is being built already"),
             "422": _error("the store cannot be rebuilt beside itself; the error names the remedy"),
@@ -247,10 +267,6 @@ def _key_param(limits: InputLimits) -> dict[str, Any]:
     }
 
 
-def _query_param(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "query", "description": description, "schema": schema}
-
-
 def _bound_schema(sort_key: str | None) -> dict[str, Any]:
     if sort_key == "int":
         return {"type": "integer"}
@@ -259,17 +275,7 @@ def _bound_schema(sort_key: str | None) -> dict[str, Any]:
     return {"type": "string"}
 
 
-_MAX_LAG = _query_param(
-    "max_lag",
-    "a standby copy at most this many records behind may answer",
-    {"type": "integer", "minimum": 0},
-)
-_CONSISTENT_WITH = _query_param(
-    "consistent_with",
-    "a command's consistency token: answer only with state that includes that command (waits "
-    "a bounded time, then 503 with Retry-After); or the header Foldstream-Consistent-With",
-    {"type": "string", "maxLength": 64},
-)
+_BAD_PARAMETER = "a query parameter the route does not take (the error names it)"
 
 
 def _read_responses(answer: str, description: str, missing: dict[str, Any]) -> dict[str, Any]:
@@ -277,7 +283,7 @@ def _read_responses(answer: str, description: str, missing: dict[str, Any]) -> d
     return {
         "200": _json(_ref(answer), description),
         "307": _REDIRECT,
-        "400": _error("bad key or parameter"),
+        "400": _error("bad key or parameter, or a parameter the route does not take"),
         "404": missing,
         "414": _error("URL too long"),
         "503": _UNAVAILABLE,
@@ -289,7 +295,7 @@ def _lookup_paths(store: str, limits: InputLimits) -> dict[str, Any]:
     lookup = {
         "operationId": f"{store}.lookup",
         "summary": f"The value of a key in {store}",
-        "parameters": [_key_param(limits), _MAX_LAG, _CONSISTENT_WITH],
+        "parameters": [_key_param(limits), *LOOKUP.openapi()],
         "responses": _read_responses(
             "LookupAnswer",
             "the value and who served it",
@@ -300,11 +306,11 @@ def _lookup_paths(store: str, limits: InputLimits) -> dict[str, Any]:
     batch = {
         "operationId": f"{store}.batch",
         "summary": f"The values of many keys in {store}",
-        "parameters": [_CONSISTENT_WITH],
+        "parameters": BATCH.openapi(),
         "requestBody": {"required": True, "content": {"application/json": {"schema": keys}}},
         "responses": {
             "200": _json(_ref("BatchAnswer"), "values here; keys owned elsewhere by owner URL"),
-            "400": _error("not a JSON list of keys"),
+            "400": _error("not a JSON list of keys, or a query parameter the route does not take"),
             "404": _error("no such store"),
             "413": _error("body too large"),
         },
@@ -327,19 +333,16 @@ def _range_paths(store: str, reads: StoreReads, limits: InputLimits) -> dict[str
         "maximum": MAX_LIMIT,
         "default": MAX_LIMIT if windows else DEFAULT_LIMIT,
     }
-    cursor = {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}
+    declared = WINDOWS_READ if windows else RANGE_READ
+    own: dict[str, dict[str, Any]] = {
+        "from": {"description": f"inclusive: {bound}", "schema": _bound_schema(reads.sort_key)},
+        "to": {"description": f"exclusive: {bound}", "schema": _bound_schema(reads.sort_key)},
+        "limit": {"schema": page},
+    }
     read = {
         "operationId": f"{store}.{name}",
         "summary": f"A key's {what} in [from, to) in {store}",
-        "parameters": [
-            _key_param(limits),
-            _query_param("from", f"inclusive: {bound}", _bound_schema(reads.sort_key)),
-            _query_param("to", f"exclusive: {bound}", _bound_schema(reads.sort_key)),
-            _query_param("limit", "entries a page holds at most", page),
-            _query_param("after", "the previous page's next, with the same from and to", cursor),
-            _MAX_LAG,
-            _CONSISTENT_WITH,
-        ],
+        "parameters": [_key_param(limits), *declared.openapi(**own)],
         "responses": _read_responses(
             "WindowsAnswer" if windows else "RangeAnswer",
             f"a page of the key's {name if windows else 'entries'} (a key without any: empty)",
@@ -350,22 +353,30 @@ def _range_paths(store: str, reads: StoreReads, limits: InputLimits) -> dict[str
 
 
 def _instance_paths(security: list[Any] | None) -> dict[str, Any]:
-    def get(name: str, summary: str, answer: dict[str, Any], open_: bool = False) -> Any:
+    def get(
+        name: str, summary: str, answer: dict[str, Any], params: RouteParams, open_: bool = False
+    ) -> Any:
         operation: dict[str, Any] = {"operationId": name, "tags": ["instance"], "summary": summary}
-        operation["responses"] = answer
+        operation["parameters"] = params.openapi()
+        operation["responses"] = {**answer, "400": _error(_BAD_PARAMETER)}
         if security is not None and not open_:
             operation["security"] = security
         return {"get": operation}
 
     text = {"content": {"text/plain": {"schema": {"type": "string"}}}}
     return {
-        "/stores": get("stores", "The stores", {"200": _json(_ref("StoresAnswer"), "stores")}),
+        "/stores": get(
+            "stores", "The stores", {"200": _json(_ref("StoresAnswer"), "stores")}, STORES
+        ),
         "/cluster": get(
             "cluster",
             "The cluster map: members, owners and standbys of every partition",
             {"200": _json(_ref("ClusterMap"), "the map")},
+            CLUSTER,
         ),
-        "/health": get("health", "Alive", {"200": _json({"type": "object"}, "alive")}, open_=True),
+        "/health": get(
+            "health", "Alive", {"200": _json({"type": "object"}, "alive")}, HEALTH, open_=True
+        ),
         "/ready": get(
             "ready",
             "Serving everything it owns, caught up",
@@ -373,12 +384,14 @@ def _instance_paths(security: list[Any] | None) -> dict[str, Any]:
                 "200": _json(_ref("Readiness"), "ready"),
                 "503": _json(_ref("Readiness"), "not ready, and why"),
             },
+            READY,
             open_=True,
         ),
         "/metrics": get(
             "metrics",
             "Prometheus metrics",
             {"200": {"description": "Prometheus' text format", **text}},
+            METRICS,
             open_=True,
         ),
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -24,12 +24,38 @@ HOPS_PARAM = "hops"
 MAX_HOPS = 3
 
 
+#: ``?max_lag=any``: a copy of any lag may answer, even one whose lag is not known: a standby
+#: copy not measured yet, or the active copy of an owner whose view of the cluster is not current
+#: (it may have been replaced without knowing: ``"unconfirmed"``).
+ANY_LAG: Final = "any"
+MaxLag = int | Literal["any"] | None
+"""How far behind a copy answering a read may be: records, :data:`ANY_LAG`, or None (only the
+active copy of an owner whose view is current)."""
+
+
+def within(lag: int | None, max_lag: MaxLag) -> bool:
+    """Whether a copy ``lag`` records behind (None: not known) may answer a read allowing
+    ``max_lag``."""
+    if max_lag == ANY_LAG:
+        return True
+    return lag is not None and max_lag is not None and lag <= max_lag
+
+
+def max_lag_param(raw: str | None) -> MaxLag:
+    """The ``max_lag`` query parameter: a count of records or ``any``; InvalidRequest else."""
+    if raw == ANY_LAG:
+        return ANY_LAG
+    return count("max_lag", raw, alternative=f" or {ANY_LAG!r} (a copy of any lag)")
+
+
 @dataclass(frozen=True)
 class Local:
-    """Answer here, from this instance's ``role`` copy of ``partition`` (``lag`` behind)."""
+    """Answer here, from this instance's ``role`` copy of ``partition`` (``lag`` behind, None:
+    not known). ``unconfirmed``: the active copy of an owner whose view of the cluster is not
+    current (it may have been replaced meanwhile), served only with :data:`ANY_LAG`."""
 
     partition: int
-    role: Literal["active", "standby"]
+    role: Literal["active", "standby", "unconfirmed"]
     lag: int | None
     instance: str
 
@@ -55,7 +81,7 @@ Location = Local | Redirect | Unavailable
 
 
 class Locator(Protocol):
-    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
+    def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Location:
         """Where a read (``max_lag`` set: standby copies allowed) or write is answered."""
         ...
 
@@ -114,7 +140,7 @@ class LocalOnly:
         self._owned = owned
         self.instance = instance
 
-    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
+    def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Location:
         if partition in self._owned():
             return Local(partition, "active", None, self.instance)
         return Unavailable(partition, "this instance does not own it")

@@ -61,6 +61,12 @@ StandbysOption = Annotated[
 SessionTimeoutMsOption = Annotated[
     int | None, typer.Option(help="how long a silent instance keeps its partitions")
 ]
+SuspectAfterMsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="how late a member's heartbeats may be before no instance redirects to it (1000)"
+    ),
+]
 ServerOption = Annotated[
     HttpServer, typer.Option(help="HTTP server; granian: faster lookups, own worker process")
 ]

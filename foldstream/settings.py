@@ -19,8 +19,13 @@ MAX_URL_LENGTH = 2048
 #: The store of the command side's aggregate snapshots (one more store of the events topic:
 #: changelog ``<service>._aggregates.changelog``). Projections may not take the name.
 AGGREGATE_STORE = "_aggregates"
+#: How often a member publishes its heartbeat (:class:`foldstream.cluster.map.Heartbeat`).
+HEARTBEAT_INTERVAL_MS = 500
 #: The largest micro-batch cap per partition a setting may ask for.
 MAX_BATCH_RECORDS = 100_000_000
+#: The longest retention of commands' Idempotency-Keys, and the most keys a partition keeps.
+MAX_RETENTION_S = 365 * 86_400
+MAX_IDEMPOTENCY_KEYS = 10_000_000
 
 
 def valid_url(url: str) -> bool:
@@ -73,6 +78,10 @@ class Settings:
     standby_replicas: int = 1
     # How long a silent instance stays a member and keeps its partitions: bounds failover time.
     session_timeout_ms: int = 3000
+    # How late a member's heartbeats may be before it is a suspect: still a member (it keeps
+    # its partitions), but no instance redirects to it. Bounds how long clients are sent to a
+    # dead member; at most the session timeout, above the heartbeat interval (500 ms).
+    suspect_after_ms: int = 1000
     # /ready answers 200 only while every copy served is at most this many records behind its
     # source: not 0, which flaps under steady writes.
     ready_max_lag: int = 1000
@@ -104,6 +113,11 @@ class Settings:
     # How long an instance starting waits for the cluster to answer before it gives up with
     # an error (a broker started at the same moment may take a while).
     broker_wait_s: int = 30
+    # How long (by the owners' clocks) and how many per partition commands sent with an
+    # Idempotency-Key are remembered: a retry within both answers the first outcome. Every
+    # instance of a service must use the same values (each owner expires by its own).
+    idempotency_retention_s: int = 86_400
+    idempotency_max_keys: int = 100_000
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.service):
@@ -118,6 +132,12 @@ class Settings:
         if self.session_timeout_ms < 1000:
             raise ConfigurationError(
                 f"session_timeout_ms must be >= 1000, got {self.session_timeout_ms}"
+            )
+        if not HEARTBEAT_INTERVAL_MS < self.suspect_after_ms <= self.session_timeout_ms:
+            raise ConfigurationError(
+                f"suspect_after_ms must be above the heartbeat interval ({HEARTBEAT_INTERVAL_MS})"
+                f" and at most session_timeout_ms ({self.session_timeout_ms}), got "
+                f"{self.suspect_after_ms}"
             )
         if self.ready_max_lag < 0:
             raise ConfigurationError(f"ready_max_lag must be >= 0, got {self.ready_max_lag}")
@@ -136,6 +156,7 @@ class Settings:
             )
         if not 1 <= self.broker_wait_s <= 3600:
             raise ConfigurationError(f"broker_wait_s must be 1..3600, got {self.broker_wait_s}")
+        self._check_idempotency()
         if not 0 < self.port < 65536:
             raise ConfigurationError(f"port must be 1..65535, got {self.port}")
         if not valid_url(self.url):
@@ -153,6 +174,18 @@ class Settings:
         if self.auth_token_file is not None:
             object.__setattr__(self, "auth_token_file", Path(self.auth_token_file))
         object.__setattr__(self, "auth_open_paths", tuple(self.auth_open_paths))
+
+    def _check_idempotency(self) -> None:
+        if not 1 <= self.idempotency_retention_s <= MAX_RETENTION_S:
+            raise ConfigurationError(
+                f"idempotency_retention_s must be 1..{MAX_RETENTION_S} (a year), got "
+                f"{self.idempotency_retention_s}"
+            )
+        if not 1 <= self.idempotency_max_keys <= MAX_IDEMPOTENCY_KEYS:
+            raise ConfigurationError(
+                f"idempotency_max_keys must be 1..{MAX_IDEMPOTENCY_KEYS}, got "
+                f"{self.idempotency_max_keys}"
+            )
 
     def _check_replication(self) -> None:
         replication, min_insync = self.replication_factor, self.min_insync_replicas
@@ -219,6 +252,7 @@ class Settings:
             ("advertised_url", str),
             ("standby_replicas", int),
             ("session_timeout_ms", int),
+            ("suspect_after_ms", int),
             ("store_host", str),
             ("ready_max_lag", int),
             ("auth_token", str),
@@ -229,6 +263,8 @@ class Settings:
             ("consistency_wait_ms", int),
             ("batch_records_per_partition", int),
             ("broker_wait_s", int),
+            ("idempotency_retention_s", int),
+            ("idempotency_max_keys", int),
         ):
             raw = env.get(f"FOLDSTREAM_{name.upper()}")
             if raw is not None:

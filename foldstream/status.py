@@ -1,8 +1,9 @@
 """``foldstream status URL``: the cluster as one instance sees it, as tables.
 
 Members (id, URL, readiness, the partitions each serves, restores or keeps standby copies of,
-when it was last heard from), then each partition's active owner and standby copies with their
-lag. Exits 0 when the assignment has settled and every member is ready, 1 otherwise.
+when it was last heard from, whether it is a suspect: heartbeats late, no request sent to it),
+then each partition's active owner and standby copies with their lag. Exits 0 when the
+assignment has settled (no suspect) and every member is ready, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def member_table(cluster: ClusterMap, readiness: dict[str, str]) -> Table:
         table.add_column(column)
     for member in cluster.instances:
         table.add_row(
-            member.id + (" (leader)" if member.id == cluster.leader else ""),
+            member.id
+            + (" (leader)" if member.id == cluster.leader else "")
+            + (" (suspect)" if member.suspect else ""),
             member.url,
             readiness.get(member.url, "?"),
             _partitions(member.active),
@@ -47,9 +50,12 @@ def partition_table(cluster: ClusterMap) -> Table:
         for number, owners in sorted(partitions.items(), key=lambda item: int(item[0])):
             standbys = ", ".join(
                 f"{names.get(s.url, s.url)} ({'?' if s.lag is None else s.lag})"
+                + (" suspect" if s.suspect else "")
                 for s in owners.standbys
             )
             active = names.get(owners.active, owners.active) if owners.active else "none"
+            if owners.suspect:
+                active = f"none: {names.get(owners.suspect, owners.suspect)} is a suspect"
             table.add_row(
                 topic, number, ", ".join(sorted(stores.get(topic, []))), active, standbys or "-"
             )
@@ -57,6 +63,8 @@ def partition_table(cluster: ClusterMap) -> Table:
 
 
 def _readiness(client: FoldstreamClient, member: Member) -> str:
+    if member.suspect:  # it may be dead, or stand still: asking would wait for nothing
+        return "suspect: heartbeats late, not asked"
     try:
         ready = client.ready(member.url)
     except ClientError as exc:
@@ -75,7 +83,16 @@ def print_status(url: str, *, token: str | None, timeout: float) -> int:
         f"cluster at {url}: {len(cluster.instances)} members, assignment generation "
         f"{cluster.generation} by {cluster.leader or '-'}, {settled}"
     )
+    if not cluster.view_current:
+        console.print(
+            "the instance asked has not read its own heartbeat back within the session timeout: "
+            "this map may be out of date (is the broker reachable from it?)"
+        )
     console.print(member_table(cluster, readiness))
     console.print(partition_table(cluster))
-    healthy = cluster.settled and all(state == "ready" for state in readiness.values())
+    healthy = (
+        cluster.settled
+        and cluster.view_current
+        and all(state == "ready" for state in readiness.values())
+    )
     return 0 if healthy else 1

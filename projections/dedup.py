@@ -3,8 +3,9 @@
 Forwarding is at least once. A stage-1 task (the emitting store's) sends its chunk's forwarded
 records with its changelog records and commits only once all are acknowledged; a task retried
 after a failure, a crash or a move sends again what it sent after its store's last commit, and a
-paused former owner may send late. Kafka transactions are not relied on (some brokers return
-aborted records to ``read_committed`` consumers). Instead:
+paused former owner may send late. Forwarded records are not written in Kafka transactions
+(Spark does not pin a store partition's tasks to one worker: each switch would pay a fencing
+round trip, every chunk a transaction's). Instead:
 
 - every forwarded record carries its *origin* ``O`` (the emitting store, and the topic and
   partition it folds), its *position* ``(source offset, sequence number)`` and ``prev``, the

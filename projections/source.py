@@ -44,14 +44,10 @@ def _consumer(bootstrap: str, fetch_wait_max_ms: int) -> Consumer:
     # Python workers are reused across tasks: one consumer per worker saves a connect per task.
     consumer = _consumers.get(bootstrap)
     if consumer is None:
-        consumer = Consumer(
-            consumer_config(
-                bootstrap,
-                fetch_wait_max_ms=fetch_wait_max_ms,
-                # bounded: one such consumer lives in every Python worker
-                **{"queued.max.messages.kbytes": BOUNDED_PREFETCH_KBYTES},
-            )
-        )
+        config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
+        # bounded: one such consumer lives in every Python worker
+        config["queued.max.messages.kbytes"] = BOUNDED_PREFETCH_KBYTES
+        consumer = Consumer(config)
         _consumers[bootstrap] = consumer
     return consumer
 

@@ -21,19 +21,22 @@ from typing import Any
 from urllib.parse import quote
 
 from foldstream.errors import InvalidRequest, StoreNotFound
-from foldstream.http_input import InputLimits, Params, count, has_bytes, last, query_params
+from foldstream.http_input import InputLimits, Params, count, has_bytes, last
 from foldstream.query_api.batch import batch_answer
 from foldstream.query_api.consistency import check_topic, requested_token, wait_for_token
 from foldstream.query_api.range_answers import RANGE, WINDOWS, entries_body, ordered_params, span_of
 from foldstream.query_api.stores import StoreInfo, StoreReaders
 from foldstream.responses import JSON_TYPE, NO_STORE, Answer, error_answer
+from foldstream.route_params import BATCH, LOOKUP, OWNERS, RANGE_READ, WINDOWS_READ, RouteParams
 from foldstream.routing import (
     HOPS_PARAM,
     Local,
     Location,
     Locator,
+    MaxLag,
     Redirect,
     Unavailable,
+    max_lag_param,
     redirect_answer,
     unavailable_answer,
 )
@@ -121,7 +124,7 @@ class LookupAnswers:
             key = raw_key  # as limits.key() would have it, for fewer calls on the hot path
         else:
             key = limits.key(raw_key)
-        params, max_lag = routing_params(query_string)
+        params, max_lag = routing_params(query_string, LOOKUP)
         stores, locator = self._started()
         version = version or stores.serving(store)
         info = stores.info(version)
@@ -181,10 +184,11 @@ class LookupAnswers:
         ``token`` (or when it is answered elsewhere: redirected, or 503); else the 503 to
         answer. With it, the store's version awaited."""
         store = self.limits.name(raw_store, "store name")
-        if raw_key.endswith(_ORDERED_READS):  # a range or windows read: of the key before it
+        route = _route_of(raw_key)
+        if route is not LOOKUP:  # a range or windows read: of the key before it
             raw_key = raw_key[: -len(WINDOWS if raw_key.endswith(WINDOWS) else RANGE)]
         key = self.limits.key(raw_key)
-        _, max_lag = routing_params(query_string)
+        _, max_lag = routing_params(query_string, route)
         stores, locator = self._started()
         version = stores.serving(store)
         info = stores.info(version)
@@ -211,7 +215,7 @@ class LookupAnswers:
         ``/windows``) from ``version`` of ``store`` (None: the one serving now)."""
         windows = raw_key.endswith(WINDOWS)
         key = self.limits.key(raw_key[: -len(WINDOWS if windows else RANGE)])
-        params, max_lag = routing_params(query_string)
+        params, max_lag = routing_params(query_string, _route_of(raw_key))
         stores, locator = self._started()
         version = version or stores.serving(store)
         info = stores.info(version)
@@ -256,6 +260,8 @@ class LookupAnswers:
         limits, raw_store = self.limits, target[0]
         try:
             limits.check_url(raw_path, query_string)
+            if query_string:
+                BATCH.checked(query_string)
             store = self._names.get(raw_store) or limits.name(raw_store, "store name")
             if len(body) > limits.max_body_bytes:
                 raise InvalidRequest(limits.too_large(len(body)), status=413)
@@ -290,6 +296,7 @@ class LookupAnswers:
             if token is None:
                 return self.batch(raw_path, query_string, body)
             self.limits.check_url(raw_path, query_string)
+            BATCH.checked(query_string)  # before waiting for the token
             store = self.limits.name(target[0], "store name")
             if len(body) > self.limits.max_body_bytes:
                 raise InvalidRequest(self.limits.too_large(len(body)), status=413)
@@ -318,15 +325,25 @@ class LookupAnswers:
         if target is None:
             return None
         self.limits.check_url(raw_path, query_string)
+        if query_string:
+            OWNERS.checked(query_string)
         return self.limits.name(target[0], "store name"), self.limits.key(target[1])
 
 
-def routing_params(query_string: bytes) -> tuple[Params, int | None]:
-    """The query's parameters and its ``max_lag``, ``hops`` checked (InvalidRequest)."""
+def _route_of(raw_key: bytes) -> RouteParams:
+    """What a ``GET /stores/{store}/keys/{raw_key}`` reads: a key, a range or windows."""
+    if raw_key.endswith(RANGE):
+        return RANGE_READ
+    return WINDOWS_READ if raw_key.endswith(WINDOWS) else LOOKUP
+
+
+def routing_params(query_string: bytes, route: RouteParams) -> tuple[Params, MaxLag]:
+    """The query's parameters, each one ``route`` takes, and its ``max_lag``, ``hops``
+    checked (InvalidRequest)."""
     if not query_string:  # most lookups have none: spared the parsing
         return [], None
-    params = query_params(query_string)
-    max_lag = count("max_lag", last(params, "max_lag"))
+    params = route.checked(query_string)
+    max_lag = max_lag_param(last(params, "max_lag"))
     count(HOPS_PARAM, last(params, HOPS_PARAM) or None)
     return params, max_lag
 

@@ -21,6 +21,7 @@ from foldstream.query_api.answers import LookupAnswers, raw_path_of
 from foldstream.query_api.consistency import has_token, token_header
 from foldstream.query_api.stores import StoreReaders
 from foldstream.responses import error_answer, error_response, to_response
+from foldstream.route_params import CLUSTER, HEALTH, READY, STORES, refusing_unknown
 from foldstream.routing import Locator
 
 #: What the router answers for a path no route takes (the instance sends it as JSON too).
@@ -50,14 +51,16 @@ def query_routes(
         cluster,
         consistency_wait_s=consistency_wait_s,
     )
+    # Lookups, batches and owners check their parameters where they read the request
+    # (LookupAnswers, which the fast paths share); the others before they answer.
     return [
-        Route("/stores", routes.list_stores),
+        Route("/stores", refusing_unknown(STORES, routes.list_stores)),
         Route("/stores/{store}/keys/{key:path}", routes.get_key),
         Route("/stores/{store}/owners/{key:path}", routes.owners),
-        Route("/cluster", routes.cluster_map),
+        Route("/cluster", refusing_unknown(CLUSTER, routes.cluster_map)),
         Route("/stores/{store}/keys", routes.get_keys, methods=["POST"]),
-        Route("/health", routes.health),
-        Route("/ready", routes.ready),
+        Route("/health", refusing_unknown(HEALTH, routes.health)),
+        Route("/ready", refusing_unknown(READY, routes.ready)),
     ]
 
 

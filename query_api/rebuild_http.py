@@ -14,6 +14,7 @@ from starlette.routing import Route
 from foldstream.cluster.rebuilds import RebuildConflict, RebuildRefused, Rebuilds
 from foldstream.errors import StoreNotFound
 from foldstream.responses import error_response
+from foldstream.route_params import REBUILD, refusing_unknown
 
 #: A declared store's name (no version mark), bounded.
 _STORE = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
@@ -39,4 +40,4 @@ def rebuild_routes(rebuilds: Callable[[], Rebuilds]) -> list[Route]:
             return error_response(422, str(exc))
         return JSONResponse(asked.model_dump(), status_code=202)
 
-    return [Route("/stores/{store}/rebuilds", rebuild, methods=["POST"])]
+    return [Route("/stores/{store}/rebuilds", refusing_unknown(REBUILD, rebuild), methods=["POST"])]

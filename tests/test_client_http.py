@@ -27,7 +27,7 @@ from foldstream.client import (
     TooManyRedirects,
     Unavailable,
 )
-from foldstream.client.flows import retry_after
+from foldstream.client.flows import Send, retry_after
 
 
 class Misbehaving:
@@ -37,7 +37,10 @@ class Misbehaving:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.asked: list[tuple[str, str, str | None]] = []
+        self.keys: list[str | None] = []  # the Idempotency-Key of each command
         self.busy_left = 0
+        self.honours_keys = False  # whether the map says the instances honour keys
+        self.unknown_left = 0  # commands to /commands/a/flaky/c answered "outcome unknown"
 
     def cluster(self) -> dict[str, Any]:
         return {
@@ -46,7 +49,8 @@ class Misbehaving:
             "instances": [{"id": "only", "url": self.url}],
             "partitions": {"t": {"0": {"active": self.url, "standbys": []}}},
             "stores": {"s": {"topic": "t", "partitions": 1, "partitioner": "murmur2"}},
-            "commands": {"topic": "t", "partitions": 1},
+            "commands": {"topic": "t", "partitions": 1}
+            | ({"idempotency_retention_s": 60} if self.honours_keys else {}),
         }
 
     async def answer(self, request: Request) -> Response:
@@ -64,8 +68,14 @@ class Misbehaving:
         if path.startswith("/stores/s/keys/"):
             served = {"instance": "only", "role": "active", "partition": 0, "lag": 0}
             return JSONResponse({"key": path.rsplit("/", 1)[1], "value": 1, "served_by": served})
-        if path == "/commands/a/unknown/c":
-            return JSONResponse({"error": "outcome unknown"}, 503, {"retry-after": "1"})
+        if path.startswith("/commands/"):
+            self.keys.append(request.headers.get("idempotency-key"))
+        if path == "/commands/a/unknown/c" or (path == "/commands/a/flaky/c" and self.unknown_left):
+            self.unknown_left -= 1
+            return JSONResponse({"error": "outcome unknown"}, 503, {"retry-after": "0"})
+        if path == "/commands/a/flaky/c":
+            position = {"partition": 0, "offset": 7}
+            return JSONResponse({"events": [], "position": position, "token": "f1-0-7-0"})
         if path == "/commands/a/fenced/c":
             return JSONResponse({"error": "not the owner", "partition": 0}, 503)
         return JSONResponse({"error": "no"}, 404)
@@ -101,7 +111,9 @@ def test_a_redirect_outside_the_cluster_is_refused_and_gets_no_credentials(
     with FoldstreamClient(server.url, token="secret") as client:
         with pytest.raises(TooManyRedirects, match="not a member"):
             client.get("s", "away")
-        assert client._core.headers("http://127.0.0.2:9/x").get("authorization") is None
+        assert (
+            client._core.headers(Send("GET", "http://127.0.0.2:9/x")).get("authorization") is None
+        )
     assert all(auth == "Bearer secret" for _, _, auth in server.asked if auth is not None)
 
 
@@ -134,6 +146,23 @@ def test_a_command_is_not_resent_when_it_may_have_been_appended(server: Misbehav
     commands = [p for m, p, _ in server.asked if m == "POST"]
     assert commands.count("/commands/a/unknown/c") == 1
     assert commands.count("/commands/a/fenced/c") > 1
+
+
+def test_a_command_of_unknown_outcome_is_resent_with_its_key_when_the_instances_honour_it(
+    server: Misbehaving,
+) -> None:
+    server.honours_keys, server.unknown_left = True, 2
+    server.keys.clear()
+    try:
+        with FoldstreamClient(server.url, retry_timeout=3) as client:
+            assert client.command("a", "flaky", "c", {}).position.offset == 7
+            assert len(server.keys) == 3 and len(set(server.keys)) == 1  # one key, 3 attempts
+            with pytest.raises(OutcomeUnknown) as unknown:
+                client.command("a", "unknown", "c", {}, idempotency_key="mine-1")
+            assert unknown.value.idempotency_key == "mine-1" and "mine-1" in str(unknown.value)
+            assert server.keys[3:] == ["mine-1"] * (len(server.keys) - 3) and len(server.keys) > 5
+    finally:
+        server.honours_keys = False
 
 
 def test_the_async_client_behaves_alike(server: Misbehaving) -> None:

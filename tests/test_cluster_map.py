@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +88,81 @@ def _beat_until_current(watcher: ClusterMap) -> None:
         return watcher.view_is_current()
 
     wait_until(beat_read_back, lambda: "no beat was read back within the liveness", 10)
+
+
+@pytest.fixture
+def suspicious(cluster_topic: str, broker: KafkaCluster) -> Iterator[tuple[ClusterMap, list[int]]]:
+    """A map whose members are suspects after 1 s of silence and dead after 3 s, and the
+    number of times it told its listener the view changed (a one-item list)."""
+    told = [0]
+
+    def changed() -> None:
+        told[0] += 1
+
+    cluster_map = ClusterMap(
+        bootstrap=broker.bootstrap,
+        topic=cluster_topic,
+        member_id="m-b",
+        liveness_s=3.0,
+        suspect_s=1.0,
+        on_change=changed,
+    )
+    cluster_map.start()
+    yield cluster_map, told
+    cluster_map.close()
+
+
+def test_a_member_whose_beats_are_late_is_a_suspect_until_it_beats_again_or_drops_out(
+    suspicious: tuple[ClusterMap, list[int]], cluster_topic: str, broker: KafkaCluster
+) -> None:
+    """Silent for ``suspect_s`` (in the watcher's view), a member is a suspect: still a member,
+    and the listener is told without any record read; it clears at its next beat, and drops
+    out after ``liveness_s``."""
+    watcher, told = suspicious
+    other = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+
+    def beat(*, other_beats: bool) -> ClusterMap:
+        watcher.publish(_state("m-b"))  # its own beats read back move its view on
+        if other_beats:
+            other.produce(cluster_topic, key=b"m-a", value=_state("m-a").to_json())
+            other.poll(0)
+        time.sleep(0.1)
+        return watcher
+
+    def standing() -> tuple[bool, bool]:
+        return "m-a" in watcher.members(), "m-a" in watcher.suspects()
+
+    wait_until(lambda: beat(other_beats=True) and standing() == (True, False), standing, 30)
+    wait_until(lambda: beat(other_beats=False) and standing() == (True, True), standing, 10)
+    assert {m["id"]: m["suspect"] for m in watcher.snapshot()["instances"]} == {
+        "m-a": True,
+        "m-b": False,
+    }
+    told_at_suspicion = told[0]
+    wait_until(lambda: beat(other_beats=True) and standing() == (True, False), standing, 10)
+    assert told[0] > told_at_suspicion  # cleared: told
+    wait_until(lambda: beat(other_beats=False) and standing() == (True, True), standing, 10)
+    told_at_suspicion = told[0]
+    wait_until(lambda: beat(other_beats=False) and standing() == (False, False), standing, 10)
+    assert told[0] > told_at_suspicion  # dropped out without any record of it read: told
+    assert watcher.suspicion.suspicions == 2
+
+
+def test_a_watcher_that_stands_still_suspects_nobody(
+    suspicious: tuple[ClusterMap, list[int]], cluster_topic: str, broker: KafkaCluster
+) -> None:
+    """Silence is measured against the watcher's own view: while its own beats are not read
+    back (it stands still, its broker is slow), the others' silence does not grow."""
+    watcher, _ = suspicious
+    other = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+
+    def both_beat() -> bool:
+        watcher.publish(_state("m-b"))
+        other.produce(cluster_topic, key=b"m-a", value=_state("m-a").to_json())
+        other.flush(10)
+        time.sleep(0.1)
+        return "m-a" in watcher.members() and watcher.view_is_current()
+
+    wait_until(both_beat, lambda: f"members {watcher.members()}", 30)
+    time.sleep(2.5)  # neither beats: the time that would make m-a a suspect by the wall clock
+    assert "m-a" in watcher.members() and watcher.suspects() == frozenset()

@@ -202,7 +202,7 @@ def test_openapi_document_gives_ordered_and_windowed_stores_their_reads() -> Non
     paths, schemas = spec["paths"], spec["components"]["schemas"]
     ranges = paths["/stores/bookings/keys/{key}/range"]["get"]
     assert [p["name"] for p in ranges["parameters"]] == [
-        "key", "from", "to", "limit", "after", "max_lag", "consistent_with"
+        "key", "from", "to", "limit", "after", "max_lag", "consistent_with", "hops"
     ]  # fmt: skip
     assert ranges["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/RangeAnswer"

@@ -22,7 +22,7 @@ from foldstream.domain import Aggregate, command, event
 from foldstream.examples.inventory import service
 from foldstream.http_input import InputLimits
 from foldstream.instance import event_bytes_limit
-from foldstream.routing import Local, Location, Redirect
+from foldstream.routing import Local, Location, MaxLag, Redirect
 from foldstream.testing.asgi import uvicorn_thread
 from tests.test_command_ownership import PARTITIONS, events_in, handlers, key_in, new_topic
 
@@ -97,7 +97,7 @@ def served(broker: KafkaCluster) -> Iterator[tuple[Served, Served]]:
 class Everywhere:
     """Every partition's commands are answered here."""
 
-    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
+    def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Location:
         return Local(partition, "active", None, "here")
 
 
@@ -199,7 +199,7 @@ def test_an_accepted_commands_answer_is_the_json_response_of_its_fields(
 
 def test_a_redirect_with_a_huge_hop_count_is_400(broker: KafkaCluster) -> None:
     class Elsewhere:
-        def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
+        def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Location:
             return Redirect(partition, "http://127.0.0.1:9")
 
     with handlers(broker, new_topic(broker), 1) as (handler,):

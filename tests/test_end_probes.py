@@ -1,5 +1,6 @@
-"""Ends learnt when asked (:class:`~foldstream.end_probes.ProbedEnds`): right where the broker
-under-reports them, current at every probe, and the last ones when a probe cannot finish."""
+"""Ends learnt when asked (:class:`~foldstream.end_probes.ProbedEnds`): where a reader of committed
+records stops (below an open transaction, past an aborted one), current at every probe, and the
+last ones when a probe cannot finish."""
 
 from __future__ import annotations
 
@@ -37,8 +38,7 @@ def _reader_stops_at(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def test_a_probe_reads_past_the_reported_end_of_a_batch(broker: KafkaCluster) -> None:
-    """Tansu reports the end of a 10-record batch as its base offset + 1."""
+def test_every_probe_answers_the_end_now(broker: KafkaCluster) -> None:
     ensure_topics(broker.bootstrap, [TopicSpec("probed.batch", 1)])
     producer = Producer(producer_config(broker.bootstrap, linger_ms=50))
     _produce(producer, "probed.batch", 0, 10)
@@ -47,7 +47,7 @@ def test_a_probe_reads_past_the_reported_end_of_a_batch(broker: KafkaCluster) ->
         assert ends.ends() == {0: 10}
         assert ends.ends() == {0: 10}  # probed again, nothing new
         _produce(producer, "probed.batch", 0, 5)
-        assert ends.ends() == {0: 15}  # every probe reads the end now
+        assert ends.ends() == {0: 15}
     finally:
         ends.close()
 
@@ -92,24 +92,29 @@ def test_an_unreachable_cluster_is_an_error_within_the_timeout() -> None:
 
 def test_an_open_transaction_ends_where_a_reader_can_read(broker: KafkaCluster) -> None:
     """Reading committed records only, a reader stops at the last stable offset, below an open
-    transaction (on Kafka; Tansu gives its records at once): the probed end is where a reader
-    reading the whole partition stops, not the high watermark past it."""
+    transaction: the probed end is there, not at the high watermark past it (the lag of a copy
+    that folded everything committed is 0). Once a new writer of its transactional id fenced
+    the writer and aborted the transaction, the end is past its records and marker."""
     ensure_topics(broker.bootstrap, [TopicSpec("probed.open", 1)])
-    _produce(Producer(producer_config(broker.bootstrap, linger_ms=5)), "probed.open", 0, 4)
-    writer = Producer(
-        producer_config(broker.bootstrap, **{"transactional.id": f"probed-{uuid.uuid4().hex}"})
-    )
+    plain = Producer(producer_config(broker.bootstrap, linger_ms=5))
+    _produce(plain, "probed.open", 0, 4)
+    transactional_id = f"probed-{uuid.uuid4().hex}"
+    writer = Producer(producer_config(broker.bootstrap, **{"transactional.id": transactional_id}))
     writer.init_transactions(30)
     writer.begin_transaction()
     for n in range(3):
         writer.produce("probed.open", key=b"open", value=b"%d" % n, partition=0)
-    assert writer.flush(30) == 0  # sent, not committed
+    assert writer.flush(30) == 0  # sent, not committed: offsets 4-6
+    _produce(plain, "probed.open", 0, 2)  # 7-8, behind the open transaction
     ends = ProbedEnds(broker.bootstrap, "probed.open", [0])
     try:
-        assert ends.ends() == {0: _reader_stops_at(broker.bootstrap, "probed.open")}
+        assert ends.ends() == {0: 4} == {0: _reader_stops_at(broker.bootstrap, "probed.open")}
+        Producer(
+            producer_config(broker.bootstrap, **{"transactional.id": transactional_id})
+        ).init_transactions(30)  # fences the writer, aborting its transaction (marker: 9)
+        assert ends.ends() == {0: 10} == {0: _reader_stops_at(broker.bootstrap, "probed.open")}
     finally:
         ends.close()
-        writer.abort_transaction(30)
 
 
 def test_a_probe_slower_than_its_caller_still_lands(broker: KafkaCluster) -> None:

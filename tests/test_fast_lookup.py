@@ -11,7 +11,7 @@ from foldstream.kafka import partition_for
 from foldstream.query_api import StoreReaders, query_routes
 from foldstream.query_api.fast_lookup import FastLookups
 from foldstream.query_api.stores import StoreInfo
-from foldstream.routing import Local, LocalOnly, Location, Redirect
+from foldstream.routing import Local, LocalOnly, Location, MaxLag, Redirect
 from tests.test_batch_lookups import call, write_store
 
 
@@ -44,6 +44,8 @@ def test_fast_path_answers_found_keys_and_passes_everything_else_on(tmp_path: Pa
             ("/stores/nope/keys/a", b""),  # unknown store
             ("/stores/kv/keys/a", b""),  # partition not owned: 503
             ("/stores/kv/keys/c", b"max_lag=x"),  # 400
+            ("/stores/kv/keys/c", b"max_lag=any"),
+            ("/stores/kv/keys/c", b"max_lag=ANY"),  # 400
             ("/stores/kv/keys/c", b"hops=1&max_lag=0"),
             ("/stores/kv/keys/c", b"hops=x"),  # 400
             ("/stores/kv/keys/", b""),
@@ -65,7 +67,7 @@ def test_fast_path_answers_found_keys_and_passes_everything_else_on(tmp_path: Pa
             call(fast, "GET", path, b"")
             assert passed_on == [path], path
         assert call(fast, "GET", "/stores/kv/keys/a", b"")[0] == 503
-        statuses = [call(fast, "GET", path, b"", query)[0] for path, query in lookups[6:]]
+        statuses = [call(fast, "GET", path, b"", query)[0] for path, query in lookups[8:]]
         assert statuses == [404, 400, 400, 400, 414, 400, 400]
     finally:
         readers.close()
@@ -76,7 +78,7 @@ class OwnsPartitionZero:
 
     elsewhere = "http://127.0.0.1:9"
 
-    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Location:
+    def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Location:
         if partition == 0:
             return Local(partition, "active", 0, "here")
         return Redirect(partition, self.elsewhere)

@@ -121,6 +121,16 @@ HOSTILE: list[tuple[str, bytes, int]] = [
         request("POST", _COMMAND, b'{"quantity": 1}', {"If-Match": _DIGITS}),
         400,
     ),
+    (
+        "5000-byte Idempotency-Key",
+        request("POST", _COMMAND, b'{"quantity": 1}', {"Idempotency-Key": "k" * 5000}),
+        400,
+    ),
+    (
+        "Idempotency-Key of Latin-1 bytes",
+        request("POST", _COMMAND, b'{"quantity": 1}', {"Idempotency-Key": "k\xff\xe9"}),
+        400,
+    ),
     ("command JSON nested 100k deep", request("POST", _COMMAND, b'{"q": ' + _NESTED + b"}"), 400),
     ("batch JSON nested 100k deep", request("POST", "/stores/stock/keys", _NESTED), 400),
     (
@@ -243,7 +253,9 @@ _HEADER_VALUE = st.text(
     st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=30
 )
 _HEADERS = st.dictionaries(
-    st.sampled_from(["If-Match", "Authorization", "Content-Type", "Accept", "X-Anything"]),
+    st.sampled_from(
+        ["If-Match", "Idempotency-Key", "Authorization", "Content-Type", "Accept", "X-Anything"]
+    ),
     _HEADER_VALUE | _NUMBER.filter(lambda v: all(ord(c) < 256 for c in v)),
     max_size=3,
 )

@@ -4,12 +4,19 @@ import socket
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from foldstream.broker import KafkaCluster, free_port
 from foldstream.errors import ConfigurationError
-from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
+from foldstream.kafka import (
+    TopicSpec,
+    ensure_topics,
+    partition_for,
+    producer_config,
+    read_partitions_to_end,
+)
+from foldstream.kafka_client import admin_client
 from foldstream.offsets import EndOffsets
 
 
@@ -44,7 +51,7 @@ def test_topics_are_provisioned_idempotently(broker: KafkaCluster) -> None:
 
 
 def test_end_offsets_include_the_whole_last_batch(broker: KafkaCluster) -> None:
-    """Brokers may report the end of a multi-record batch too early; the tracker must not."""
+    """The tail's end is past a multi-record batch's last record, and follows new ones."""
     ensure_topics(broker.bootstrap, [TopicSpec("ends.check", 1)])
     producer = Producer(producer_config(broker.bootstrap, linger_ms=50))
     for n in range(10):
@@ -71,3 +78,26 @@ def test_free_ports_lie_below_the_ephemeral_range() -> None:
     for port in ports:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))  # free, as promised
+
+
+def test_a_read_from_0_starts_at_the_first_offset_left(broker: KafkaCluster) -> None:
+    """Records deleted (retention, DeleteRecords) before a partition read from 0 are no error,
+    even while another partition is read from a position (which must lie within its log)."""
+    ensure_topics(broker.bootstrap, [TopicSpec("read.deleted", 2)])
+    producer = Producer(producer_config(broker.bootstrap))
+    for n in range(5):
+        for partition in (0, 1):
+            producer.produce("read.deleted", value=b"%d" % n, partition=partition)
+    assert producer.flush(30) == 0
+    admin = admin_client(broker.bootstrap)  # kept: it serves the futures
+    deleted = admin.delete_records([TopicPartition("read.deleted", 0, 3)])
+    for future in deleted.values():
+        future.result(timeout=30)
+    read = read_partitions_to_end(broker.bootstrap, "read.deleted", {0: 0, 1: 2})
+    assert sorted((m.partition(), m.offset()) for batch in read for m in batch) == [
+        (0, 3),
+        (0, 4),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+    ]

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from pathlib import Path
+
+from confluent_kafka import Producer
 
 from foldstream.broker import KafkaCluster
 from foldstream.changelog import StandbyReplicas, StoreLayout
 from foldstream.cluster.lag import LagMeter, partition_lag, unmeasured
 from foldstream.cluster.node import _copy_lag
 from foldstream.cluster.records import MemberState
+from foldstream.end_probes import ProbedEnds
+from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.settings import AGGREGATE_STORE
+from foldstream.state import RocksDBWriter, partition_path
 from foldstream.state.local import LocalStores
 
 
@@ -72,3 +79,60 @@ def test_the_aggregate_store_is_never_behind_the_events_another_writer_appends(
     assert lag[f"{AGGREGATE_STORE}/0"] == 0
     # The projection's copy has folded nothing of the 5000 records: it is behind.
     assert lag["stock/0"] == 5000
+
+
+def _measured(meter: LagMeter, topic: str, timeout: float = 20.0) -> int:
+    """The lag of the ``stock/0`` copy, once the probe of ``topic`` answered."""
+    deadline = time.monotonic() + timeout
+    while (lag := meter.measure([(topic, 0)]).get("stock/0")) is None:
+        assert time.monotonic() < deadline, "the probe never answered"
+        time.sleep(0.05)
+    return lag
+
+
+def test_a_copy_of_every_committed_record_is_not_behind_an_open_or_aborted_transaction(
+    tmp_path: Path, broker: KafkaCluster
+) -> None:
+    """The end is the last stable offset: an open transaction is nothing to fold yet. Aborted
+    (its writer fenced), its records and markers are nothing to fold ever: the span up to the
+    end holds no record a reader is given."""
+    topic = f"lag-{uuid.uuid4().hex[:8]}.events"
+    ensure_topics(broker.bootstrap, [TopicSpec(topic, 1)])
+    plain = Producer(producer_config(broker.bootstrap))
+    for n in range(2):
+        plain.produce(topic, key=b"k", value=b"%d" % n, partition=0)
+    assert plain.flush(30) == 0
+    copy = RocksDBWriter(partition_path(tmp_path, "stock", 0), identity=f"{topic}/0")
+    copy.write({b"k": b"folded"}, 1)  # folded offsets 0-1
+    copy.close()
+    transactional_id = f"lag-{uuid.uuid4().hex}"
+    zombie = Producer(producer_config(broker.bootstrap, **{"transactional.id": transactional_id}))
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    for n in range(3):
+        zombie.produce(topic, key=b"k", value=b"zombie-%d" % n, partition=0)
+    assert zombie.flush(30) == 0  # offsets 2-4, open
+    stores = {"stock": StoreLayout(topic, f"{topic}.stock.changelog")}
+    replicas = StandbyReplicas(bootstrap=broker.bootstrap, state_dir=tmp_path, layouts=stores)
+    ends = ProbedEnds(broker.bootstrap, topic, [0])
+    local = LocalStores(tmp_path)
+    meter = LagMeter(
+        bootstrap=broker.bootstrap,
+        stores=stores,
+        local=local,
+        replicas=replicas,
+        ends={topic: ends},
+    )
+    try:
+        assert _measured(meter, topic) == 0
+        fencer = Producer(
+            producer_config(broker.bootstrap, **{"transactional.id": transactional_id})
+        )
+        fencer.init_transactions(30)  # the zombie's transaction is aborted: its marker is 5
+        assert ends.ends() == {0: 6}
+        _measured(meter, topic)  # a new span is taken as it is (a projection at work moves it)
+        assert _measured(meter, topic) == 0  # the same span again: found to hold no record
+    finally:
+        local.close()
+        ends.close()
+        replicas.close()

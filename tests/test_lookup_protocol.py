@@ -114,7 +114,7 @@ def _post(path: str, body: bytes, extra: str = "") -> bytes:
 def test_batch_lookups_are_answered_in_the_protocol(servers: tuple[str, str, list[str]]) -> None:
     plain, fast, passed_on = servers
     keys = json.dumps(["k-0", "k-1", "k-2", "zz", "k-0"]).encode()
-    requests = [_post("/stores/kv/keys", keys), _post("/stores/kv/keys?hops=1", b"[]")]
+    requests = [_post("/stores/kv/keys", keys), _post("/stores/kv/keys?hops=1", b"[]")]  # 400
     for request in requests:
         expected = _exchange(plain, request)
         passed_on.clear()
@@ -162,10 +162,15 @@ def _too_deep() -> bytes:
         (_get("/stores/%FF/keys/k-0"), True),
         (_get("/stores/kv/keys/" + "k" * 5000), True),  # key too long: 400
         (_get(f"/stores/kv/keys/{_key(0)}?max_lag=5"), True),
+        (_get(f"/stores/kv/keys/{_key(0)}?max_lag=any"), True),
+        (_get(f"/stores/kv/keys/{_key(0)}?max_lag=ANY"), True),  # 400
         (_get(f"/stores/kv/keys/{_key(0)}?max_lag=" + "9" * 5000), True),  # 400
         (_get(f"/stores/kv/keys/{_key(0)}?hops=" + "9" * 5000), True),  # 400
         (_get(f"/stores/kv/keys/{_key(1)}?hops=3"), True),  # too many hops: 503
-        (_get(f"/stores/kv/keys/{_key(1)}?x=%FF&hops=1"), True),  # 307 keeping x
+        (_get(f"/stores/kv/keys/{_key(1)}?max_lag=0&hops=1"), True),  # 307 keeping max_lag
+        (_get(f"/stores/kv/keys/{_key(1)}?x=%FF&hops=1"), True),  # unknown parameter: 400
+        (_get(f"/stores/kv/keys/{_key(0)}?after=f1-0-1-0a0b0c0d"), True),  # not a lookup's: 400
+        (_get(f"/stores/kv/keys/{_key(0)}?max_lags=1&hops=1&" + "y" * 100), True),
         (_get(f"/stores/kv/keys/{_key(0)}", version="1.0"), False),  # not kept alive
         (_get(f"/stores/kv/keys/{_key(0)}", "Connection: close\r\n"), False),
         (_get(f"/stores/kv/keys/{_key(0)}", "Expect: 100-continue\r\n"), False),
@@ -181,6 +186,8 @@ def _too_deep() -> bytes:
         (_post("/stores/kv/keys", b" " * (1024 * 1024 + 1)), False),  # over the limit: 413
         (_post("/stores/k%76/keys", b'["k-0"]'), True),  # percent-encoded
         (_post("/stores/%FF/keys", b'["k-0"]'), True),  # 400
+        (_post("/stores/kv/keys?max_lag=0", b'["k-0"]'), True),  # a batch takes no max_lag: 400
+        (_post("/stores/kv/keys?hops=1", b'["k-0"]'), True),  # nor hops: never redirected
         (_post("/stores/kv/keys", b'["k-0"]', "Expect: 100-continue\r\n"), False),
         (
             b"POST /stores/kv/keys HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -1,7 +1,6 @@
 """Local copies whose topics changed under them (created again, a broker that came back empty)
 are found before they are used, and rebuilt or refused: the decision alone, then on a real
-broker (Tansu, which answers a fetch past a partition's end with nothing), restores, standby
-copies and the startup check."""
+broker, restores, standby copies and the startup check."""
 
 from __future__ import annotations
 
@@ -208,6 +207,27 @@ def test_positions_past_a_partitions_end_are_told_from_those_within(
         (topic, 1): False,
     }
     assert positions_within(broker.bootstrap, {(topic, 0): 6}) == {(topic, 0): False}
+
+
+def test_a_position_in_an_open_transaction_lies_within(broker: KafkaCluster) -> None:
+    """The log reaches a position past the last stable offset, up to the high watermark: a copy
+    recorded there is not past the end of its topic (which would discard it)."""
+    layout = _topics(broker)
+    topic = layout.source_topic
+    _produce(broker, topic, 2)
+    writer = Producer(
+        producer_config(broker.bootstrap, **{"transactional.id": f"stale-{uuid.uuid4().hex}"})
+    )
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    for n in range(3):
+        writer.produce(topic, key=b"open", value=b"%d" % n, partition=0)
+    assert writer.flush(30) == 0  # offsets 2-4, not committed: the last stable offset is 2
+    try:
+        assert positions_within(broker.bootstrap, {(topic, 0): 5}) == {(topic, 0): True}
+        assert positions_within(broker.bootstrap, {(topic, 0): 6}) == {(topic, 0): False}
+    finally:
+        writer.abort_transaction(30)
 
 
 def test_a_topic_created_again_has_another_id(broker: KafkaCluster) -> None:

@@ -90,8 +90,7 @@ def test_kept_records_are_what_a_read_of_the_same_offsets_gives(broker: KafkaClu
             assert kept is not None
             assert kept == read(broker, topic, [KafkaRange(partition, start, now[partition])])
         assert len(ends.records(0, 5, now[0]) or []) == 5  # the marker's offset holds no record
-        # The tail started at the end the broker reported (Tansu's can be a little short): it
-        # kept nothing from before that.
+        # The tail started at the end the broker reported: it kept nothing from before that.
         assert ends.records(0, 0, now[0]) is None
         assert ends.records(0, 5, now[0] + 1) is None  # beyond the known end
         ends.forget_below({0: now[0] - 1})
@@ -157,7 +156,7 @@ def test_a_partition_paused_before_it_was_read_to_its_end_has_its_end(
     broker: KafkaCluster,
 ) -> None:
     """A projection starting from 0 on a topic with history: its floor is 0 before the tail,
-    starting at the reported end (Tansu's lies in the last batch), read to the end."""
+    which starts at the reported end, has read anything (paused at once, its end probed)."""
     topic = new_topic(broker, 1)
     producer = Producer(producer_config(broker.bootstrap, linger_ms=50))
     for n in range(20):
@@ -219,6 +218,46 @@ def test_a_small_micro_batch_is_planned_with_its_records(
         reader.commit(end)  # folded: the tail keeps none of them any more
         (replanned,) = reader.partitions(start, end)
         assert isinstance(replanned, KafkaRanges) and replanned.planned is None
+    finally:
+        reader.stop()
+
+
+def test_a_micro_batch_ends_before_an_open_transaction_and_skips_it_aborted(
+    broker: KafkaCluster, tmp_path: Path
+) -> None:
+    """Spark's ``latestOffset`` under an open transaction is the last stable offset: the
+    planner waits (:data:`IDLE_WAIT_S`) for more and plans nothing of it, nor of the records
+    behind it. Once the transaction is aborted (its writer fenced), the micro-batch planned
+    with the tail's records holds the records behind it only."""
+    topic = new_topic(broker, 1)
+    owned = tmp_path / "owned.json"
+    write_owned(owned, {0: 0})
+    reader = FoldStreamReader(
+        {"bootstrap": broker.bootstrap, "topic": topic, "partitions": "0", "owned": str(owned)}
+    )
+    transactional_id = f"tail-{uuid.uuid4().hex}"
+    try:
+        assert reader.latestOffset({}, ReadAllAvailable()) == {"0": 0}
+        produce(broker, topic, 0, 2, "before")
+        reached(reader._end_offsets(), {0: 2})
+        writer = Producer(
+            producer_config(broker.bootstrap, **{"transactional.id": transactional_id})
+        )
+        writer.init_transactions(30)
+        writer.begin_transaction()
+        for n in range(3):
+            writer.produce(topic, key=b"zombie-%d" % n, value=b"{}", partition=0)
+        assert writer.flush(30) == 0  # offsets 2-4, open
+        produce(broker, topic, 0, 1, "behind")  # offset 5
+        assert reader.latestOffset({"0": 2}, ReadAllAvailable()) == {"0": 2}
+        Producer(
+            producer_config(broker.bootstrap, **{"transactional.id": transactional_id})
+        ).init_transactions(30)  # fences the writer: its transaction is aborted (marker: 6)
+        end = reader.latestOffset({"0": 2}, ReadAllAvailable())
+        assert end == {"0": 7}
+        (planned,) = reader.partitions({"0": 2}, end)
+        assert isinstance(planned, KafkaRanges) and planned.planned is not None
+        assert [r.key for _, records in planned.planned for r in records] == [b"behind-0"]
     finally:
         reader.stop()
 

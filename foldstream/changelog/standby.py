@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from foldstream.backoff import Backoff
 from foldstream.changelog.follower import ChangelogFollower
@@ -77,6 +77,7 @@ class StandbyReplicas:
         # Assignments made: a record polled across one is fetched again from its copy's position.
         self._assigned = 0
         self._refetch = False  # the consumer's assignment must be made again before a poll
+        self._ends_noted_at = 0.0  # when _note_ends last ran
         config = consumer_config(bootstrap, fetch_wait_max_ms=fetch_wait_max_ms)
         # A position outside a changelog (created again) is reported, not reset to its start
         # (compaction keeps a changelog's first offset at 0).
@@ -150,12 +151,43 @@ class StandbyReplicas:
             return self._replicas[(store, partition)].writer.scan(start, end, limit)
 
     def lag(self, store: str, partition: int) -> int | None:
-        """Changelog records not yet applied (None until the end is known or if not held)."""
+        """Changelog records not yet applied (None until the end is known or if not held).
+
+        The end is the changelog's high watermark as the copy's consumer last heard it, which
+        every fetch answer carries, records or not (:meth:`_note_end`, at least every
+        :data:`POLL_WAIT_S`): a copy that cannot read on (its records stop at a transaction
+        left open) still sees the owner's records land past it, and counts them. The end its
+        own reads reach is no measure: a consumer of committed records only stops at the last
+        stable offset, and would call itself caught up there however far the owner had written
+        (a standby then answered reads with ``max_lag=0`` with a value the owner had replaced).
+        """
         with self._lock:
             replica = self._replicas.get((store, partition))
             if replica is None or replica.end is None:
                 return None
             return max(0, replica.end - replica.position)
+
+    def _note_end(self, key: tuple[str, int], replica: _Replica) -> None:
+        """Take the changelog partition's high watermark from the consumer's last fetch answer
+        (no request: exact, unlike ListOffsets) as the copy's end."""
+        changelog = TopicPartition(self.layouts[key[0]].changelog_topic, key[1])
+        try:
+            found = self._consumer.get_watermark_offsets(changelog, cached=True)
+        except KafkaException:  # not fetched
+            return
+        if found and found[1] >= 0:
+            replica.end = max(found[1], replica.position)
+
+    def _note_ends(self) -> None:
+        """:meth:`_note_end` of every copy fetched since it was taken up, every
+        :data:`POLL_WAIT_S` at most (5 us each), whether or not records came."""
+        now = time.monotonic()
+        if now - self._ends_noted_at < POLL_WAIT_S:
+            return
+        self._ends_noted_at = now
+        for key, replica in self._replicas.items():
+            if replica.end is not None:
+                self._note_end(key, replica)
 
     def _close(self, key: tuple[str, int]) -> None:
         self._replicas.pop(key).writer.close()
@@ -183,9 +215,10 @@ class StandbyReplicas:
             self._stopping.wait(POLL_WAIT_S)
             return
         first = self._consumer.poll(POLL_WAIT_S)
-        if first is None:
-            return
         with self._lock:
+            self._note_ends()  # a copy given no records may still be behind
+            if first is None:
+                return
             if self._assigned != assigned:
                 # Reassigned meanwhile: the record may come from either assignment, and the
                 # new one has moved past it if it is its first. Nothing was applied since the
@@ -213,7 +246,7 @@ class StandbyReplicas:
                 outside.add(key)
             else:  # the client retries by itself; the event carries no record
                 log.warning("standby copy %s/%d: %s", *key, error)
-        failed = set()
+        failed: set[tuple[str, int]] = set()
         for key, batch in by_key.items():
             replica = self._replicas[key]
             try:
@@ -226,23 +259,27 @@ class StandbyReplicas:
         # End-of-partition events are handled after the records fetched with them, which may
         # precede them in the same poll: "caught up" counts every record copied before it.
         for key, end in at_end:
-            if key in failed:
-                continue  # its records are read again: it is not at the end
-            replica = self._replicas[key]
-            # Only transaction markers (and aborted records) lie between the last record read
-            # and the end: the copy has nothing left to read there.
-            replica.position = max(replica.position, end)
-            replica.end = replica.position
-            if replica.copied >= 0:
-                log.info(
-                    "standby copy %s/%d caught up after copying %d changelog records",
-                    *key,
-                    replica.copied,
-                )
-                replica.copied = -1
+            if key not in failed:  # else read again from its own position
+                self._reached_end(key, self._replicas[key], end)
         if outside:  # its changelog was created again: checked again when taken up again
             log.warning("standby copies %s are past their changelog's end: dropped", outside)
             self.assign(set(self._replicas) - outside)
+
+    def _reached_end(self, key: tuple[str, int], replica: _Replica, end: int) -> None:
+        """The copy's consumer read to ``end``: every offset before it was a record given
+        (and fed above) or none to give, a transaction's marker or an aborted record, which
+        the copy's position passes too (else its lag would count a marker forever). ``end``
+        is the last stable offset when a transaction is open, not the end lag() counts to."""
+        replica.position = max(replica.position, end)
+        replica.end = replica.position
+        self._note_end(key, replica)
+        if replica.copied >= 0:
+            log.info(
+                "standby copy %s/%d caught up after copying %d changelog records",
+                *key,
+                replica.copied,
+            )
+            replica.copied = -1
 
     def _feed(self, key: tuple[str, int], replica: _Replica, batch: list[Any]) -> None:
         follower = replica.follower
@@ -269,12 +306,7 @@ class StandbyReplicas:
                 self._on_applied(key[0], key[1], reached)
         replica.position = batch[-1].offset() + 1
         replica.backoff.reset()
-        high = self._consumer.get_watermark_offsets(
-            TopicPartition(self.layouts[key[0]].changelog_topic, key[1]), cached=True
-        )
-        # The high watermark that comes with fetched data is exact (unlike ListOffsets).
-        if high and high[1] >= 0:
-            replica.end = max(high[1], replica.position)
+        self._note_end(key, replica)
 
     def _failed(self, key: tuple[str, int], replica: _Replica, error: Exception) -> None:
         """Applying ``replica``'s records failed: it forgets what it collected and reads again

@@ -13,9 +13,10 @@ It reads the cluster map (``GET /cluster``) and sends each request straight to t
 owning its key's partition; batch lookups are split by owner. A 307 is followed (with the hop
 limit) and makes it read the map again; a 503 or an unreachable instance is retried after the
 ``Retry-After`` the instance asked for (tenacity), until ``retry_timeout``. Errors are typed
-(:mod:`foldstream.client.errors`). A command is retried only when it cannot have been appended
-(a 503 naming the partition's owner, a refused connection); otherwise
-:class:`~foldstream.client.errors.OutcomeUnknown` leaves the decision to the caller.
+(:mod:`foldstream.client.errors`). A command is sent with an ``Idempotency-Key`` (one per
+call, or the caller's) and resent with it until a definite answer comes: the instances apply it
+once and answer every attempt alike. Only when none came within ``retry_timeout`` does
+:class:`~foldstream.client.errors.OutcomeUnknown` hand the key to the caller.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from foldstream.client.aio import AsyncFoldstreamClient
 from foldstream.client.errors import (
     BadRequest,
     ClientError,
+    IdempotencyKeyReused,
     KeyNotFound,
     NotFound,
     OutcomeUnknown,
@@ -42,6 +44,7 @@ __all__ = [
     "Batch",
     "ClientError",
     "FoldstreamClient",
+    "IdempotencyKeyReused",
     "KeyNotFound",
     "NotFound",
     "OutcomeUnknown",

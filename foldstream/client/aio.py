@@ -21,6 +21,7 @@ from foldstream.api_models import (
     WindowsAnswer,
 )
 from foldstream.client.flows import (
+    Attempts,
     Batch,
     BatchLookup,
     ClientCore,
@@ -28,9 +29,10 @@ from foldstream.client.flows import (
     ReadOptions,
     Result,
     Send,
+    new_idempotency_key,
 )
 from foldstream.client.policy import give_up, retry_policy
-from foldstream.routing import MAX_HOPS
+from foldstream.routing import MAX_HOPS, MaxLag
 
 T = TypeVar("T")
 
@@ -61,7 +63,7 @@ class AsyncFoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> Any:
         answer = await self.lookup(store, key, max_lag=max_lag, consistent_with=consistent_with)
@@ -72,7 +74,7 @@ class AsyncFoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> LookupAnswer:
         return await self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
@@ -100,11 +102,15 @@ class AsyncFoldstreamClient:
         arguments: dict[str, Any] | None = None,
         *,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> CommandAnswer:
+        """Send ``command`` to the aggregate (see the sync client: the same key and retries)."""
+        attempts = Attempts(idempotency_key or new_idempotency_key())
         return await self._run(
             lambda: self._core.command(
-                aggregate, aggregate_id, command, arguments or {}, expected_version
-            )
+                aggregate, aggregate_id, command, arguments or {}, expected_version, attempts
+            ),
+            attempts,
         )
 
     async def cluster(self) -> ClusterMap:
@@ -133,8 +139,8 @@ class AsyncFoldstreamClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _run(self, flow: Callable[[], Flow[T]]) -> T:
-        with give_up(self.retry_timeout):
+    async def _run(self, flow: Callable[[], Flow[T]], attempts: Attempts | None = None) -> T:
+        with give_up(self.retry_timeout, attempts):
             async for attempt in AsyncRetrying(**retry_policy(self.retry_timeout)):
                 with attempt:
                     return await self._drive(flow())
@@ -152,7 +158,7 @@ class AsyncFoldstreamClient:
     async def _send(self, send: Send) -> Result:
         try:
             return await self._http.request(
-                send.method, send.url, content=send.content, headers=self._core.headers(send.url)
+                send.method, send.url, content=send.content, headers=self._core.headers(send)
             )
         except httpx.TransportError as exc:
             return exc

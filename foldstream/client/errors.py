@@ -49,15 +49,34 @@ class Rejected(ClientError):
     """422: the command broke a domain rule; nothing was appended."""
 
 
+class IdempotencyKeyReused(Rejected):
+    """422: the command's ``Idempotency-Key`` named another request (another aggregate,
+    command, arguments or expected version); nothing was appended. Remedy: a key names one
+    command: send a new command with a new key."""
+
+
 class Unavailable(ClientError):
     """No instance could answer before the client's ``retry_timeout`` ran out (503s, instances
     unreachable, keys no one owned). Remedy: retry later; check ``foldstream status URL``."""
 
 
 class OutcomeUnknown(ClientError):
-    """A command was sent but whether it was appended cannot be known (the connection broke
-    after sending, or Kafka's answer was lost). Remedy: resend with ``expected_version`` (at
-    most once), or read the aggregate's store first."""
+    """A command was sent but whether it was appended is not known: no definite answer came
+    within ``retry_timeout`` (the client resent it with its ``idempotency_key`` meanwhile),
+    or, from instances that do not honour the key, the connection broke after sending or
+    Kafka's answer was lost. Remedy: resend it with the same ``idempotency_key`` (within the
+    retention: the first outcome is answered, nothing is appended twice), or with
+    ``expected_version`` (at most once)."""
+
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        body: Any = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        super().__init__(message, status, body)
+        self.idempotency_key = idempotency_key
 
 
 class TooManyRedirects(ClientError):

@@ -13,10 +13,10 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+import uuid
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urljoin
 
 import httpx
@@ -35,7 +35,9 @@ from foldstream.api_models import (
     WindowsAnswer,
 )
 from foldstream.client import errors
+from foldstream.client.params import ReadOptions, read_params
 from foldstream.client.routing import Router, origin
+from foldstream.routing import MaxLag
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -45,14 +47,27 @@ BATCH_CHUNK = 1_000
 MAX_WAIT_S = 10.0
 
 
+@dataclass
+class Attempts:
+    """The attempts at one command: its ``Idempotency-Key``, and whether one may have been
+    applied (its answer lost, or a 503 saying its outcome is unknown)."""
+
+    idempotency_key: str | None = None
+    maybe_applied: bool = False
+
+
 @dataclass(frozen=True)
 class Send:
-    """One HTTP request. ``idempotent``: sending it twice does no harm (every read)."""
+    """One HTTP request. ``idempotent``: sending it twice does no harm (every read, and a
+    command with an ``Idempotency-Key`` the instances honour); ``headers``: its own;
+    ``attempts``: a command's."""
 
     method: str
     url: str
     content: bytes | None = None
     idempotent: bool = True
+    headers: tuple[tuple[str, str], ...] = ()
+    attempts: Attempts = field(default_factory=Attempts)
 
 
 Result = httpx.Response | httpx.TransportError
@@ -100,6 +115,13 @@ _ERRORS: dict[int, type[errors.ClientError]] = {
     414: errors.BadRequest,
     422: errors.Rejected,
 }
+#: The header naming a command, so that it can be resent safely.
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+def new_idempotency_key() -> str:
+    """A key for one command (a random UUID)."""
+    return str(uuid.uuid4())
 
 
 def answer(response: httpx.Response, model: type[M], ok: int = 200) -> M:
@@ -114,58 +136,9 @@ def answer(response: httpx.Response, model: type[M], ok: int = 200) -> M:
     kind = _ERRORS.get(response.status_code, errors.ClientError)
     if response.status_code == 404 and isinstance(body, dict) and "served_by" in body:
         kind = errors.KeyNotFound
+    if response.status_code == 422 and isinstance(body, dict) and "idempotency_key" in body:
+        kind = errors.IdempotencyKeyReused
     raise kind(f"{response.status_code}: {message}", response.status_code, body)
-
-
-#: A bound of a range or windows read: an ISO-8601 time (a datetime without a zone is UTC),
-#: epoch milliseconds or an integer sort key, or a text sort key.
-Bound = datetime | int | str
-
-
-class ReadOptions(TypedDict, total=False):
-    """The keywords of a range or windows read (``start``/``end``: its ``from``/``to``;
-    None: not given)."""
-
-    start: Bound | None
-    end: Bound | None
-    limit: int | None
-    after: str | None
-    max_lag: int | None
-    consistent_with: str | None
-
-
-def read_params(
-    *,
-    start: Bound | None = None,
-    end: Bound | None = None,
-    limit: int | None = None,
-    after: str | None = None,
-    max_lag: int | None = None,
-    consistent_with: str | None = None,
-) -> dict[str, str]:
-    """The query parameters of a read: ``from``/``to`` from ``start``/``end``, and those given.
-    Times are sent to the millisecond, rounded up: stored times are whole milliseconds, so
-    the same entries are in ``[start, end)`` either way."""
-    given = {
-        "from": start,
-        "to": end,
-        "limit": limit,
-        "after": after,
-        "max_lag": max_lag,
-        "consistent_with": consistent_with,
-    }
-    return {name: _param(name, value) for name, value in given.items() if value is not None}
-
-
-def _param(name: str, value: Bound) -> str:
-    if isinstance(value, bool):  # an int to Python, never a bound or a count a caller meant
-        raise TypeError(f"{name} may not be a bool: {value!r}")
-    if isinstance(value, datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        if aware.microsecond % 1000:
-            aware += timedelta(microseconds=1000 - aware.microsecond % 1000)
-        return aware.astimezone(UTC).isoformat(timespec="milliseconds")
-    return str(int(value)) if isinstance(value, int) else value
 
 
 def _path(*segments: str) -> str:
@@ -182,21 +155,24 @@ class ClientCore:
         self.token = token
         self.max_hops = max_hops
 
-    def headers(self, url: str) -> dict[str, str]:
-        """Headers for a request to ``url``: the token only to instances the client knows."""
-        headers = {"accept": "application/json"}
-        if self.token is not None and self.router.is_member(url):
+    def headers(self, send: Send) -> dict[str, str]:
+        """Headers of ``send``: its own, and the token only to instances the client knows."""
+        headers = {"accept": "application/json", **dict(send.headers)}
+        if self.token is not None and self.router.is_member(send.url):
             headers["authorization"] = f"Bearer {self.token}"
         return headers
 
     # -- the map -------------------------------------------------------------------------------
 
     def refresh(self, force: bool = False) -> Flow[ClusterMap]:
-        """Read ``GET /cluster`` from the first instance that answers, if the map is stale."""
+        """Read ``GET /cluster`` from the first instance that answers, if the map is stale:
+        from the first whose view of the cluster is current, else from the first at all (an
+        instance cut off from the cluster may name owners replaced since)."""
         router = self.router
         if router.map is not None and not router.stale and not force:
             return router.map
         reasons = []
+        out_of_date: ClusterMap | None = None
         for url in router.instances():
             (result,) = yield [Send("GET", url + "/cluster")]
             if isinstance(result, httpx.TransportError):
@@ -206,10 +182,16 @@ class ClientCore:
             if result.status_code in (401, 403):
                 answer(result, ClusterMap)  # raises Unauthorized
             if result.status_code == 200:
-                router.update(answer(result, ClusterMap))
-                assert router.map is not None
-                return router.map
+                cluster = answer(result, ClusterMap)
+                if cluster.view_current:
+                    router.update(cluster)
+                    return cluster
+                out_of_date = out_of_date or cluster
+                continue
             reasons.append(f"{url}: {result.status_code}")
+        if out_of_date is not None:
+            router.update(out_of_date)
+            return out_of_date
         raise Retry(f"no instance answered GET /cluster: {reasons}", after=0.5)
 
     # -- one request, redirects followed ------------------------------------------------------
@@ -222,7 +204,9 @@ class ClientCore:
             (result,) = yield [current]
             if isinstance(result, httpx.TransportError):
                 self.router.mark_down(current.url)
-                if send.idempotent or isinstance(result, _NOT_SENT):
+                sent = not isinstance(result, _NOT_SENT)
+                if send.idempotent or not sent:
+                    send.attempts.maybe_applied |= sent
                     raise Retry(f"{origin(current.url)} unreachable: {result!r}", after=0.1)
                 raise errors.OutcomeUnknown(
                     f"the connection to {origin(current.url)} broke after the command was sent "
@@ -231,8 +215,10 @@ class ClientCore:
             if result.status_code == 503:
                 self.router.stale = True
                 body = decoded(result)
-                if not send.idempotent and not (isinstance(body, dict) and "partition" in body):
+                unknown = not (isinstance(body, dict) and "partition" in body)
+                if not send.idempotent and unknown:
                     raise errors.OutcomeUnknown(f"503: {body}", 503, body)  # see Retry-After
+                send.attempts.maybe_applied |= unknown
                 raise Retry(f"{origin(current.url)} answered 503: {body}", retry_after(result))
             if result.status_code != 307:
                 return result
@@ -248,7 +234,7 @@ class ClientCore:
     # -- operations ---------------------------------------------------------------------------
 
     def lookup(
-        self, store: str, key: str, max_lag: int | None, consistent_with: str | None = None
+        self, store: str, key: str, max_lag: MaxLag, consistent_with: str | None = None
     ) -> Flow[LookupAnswer]:
         params = read_params(max_lag=max_lag, consistent_with=consistent_with)
         return self.read(store, key, None, params, LookupAnswer)
@@ -278,13 +264,23 @@ class ClientCore:
         command: str,
         arguments: dict[str, Any],
         expected_version: int | None,
+        attempts: Attempts | None = None,
     ) -> Flow[CommandAnswer]:
-        yield from self.refresh()
+        """Send a command; with ``attempts``' key, resent until it has a definite answer
+        (when the instances honour the key: the cluster map gives its retention)."""
+        attempts = attempts or Attempts()
+        idempotency_key = attempts.idempotency_key
+        cluster = yield from self.refresh()
         base = self.router.command_owner(aggregate_id) or self.router.any_instance()
         query = "" if expected_version is None else f"?expected_version={int(expected_version)}"
         path = _path("commands", aggregate, aggregate_id, command) + query
         body = json.dumps(arguments).encode()
-        response = yield from self.exchange(Send("POST", base + path, body, idempotent=False))
+        headers = () if idempotency_key is None else ((IDEMPOTENCY_KEY, idempotency_key),)
+        layout = cluster.commands
+        retention = None if layout is None else layout.idempotency_retention_s
+        keyed = idempotency_key is not None and retention is not None
+        send = Send("POST", base + path, body, keyed, headers, attempts)
+        response = yield from self.exchange(send)
         return answer(response, CommandAnswer)
 
     def get(self, path: str, model: type[M], url: str | None = None) -> Flow[M]:

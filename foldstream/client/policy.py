@@ -9,8 +9,8 @@ from typing import Any
 
 from tenacity import RetryCallState, retry_if_exception_type, stop_after_delay
 
-from foldstream.client.errors import Unavailable
-from foldstream.client.flows import Retry
+from foldstream.client.errors import OutcomeUnknown, Unavailable
+from foldstream.client.flows import Attempts, Retry
 
 #: The shortest wait between attempts.
 MIN_WAIT_S = 0.05
@@ -34,9 +34,18 @@ def retry_policy(timeout: float) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def give_up(timeout: float) -> Iterator[None]:
-    """Turns the last :class:`Retry` into :class:`Unavailable` once the deadline passed."""
+def give_up(timeout: float, attempts: Attempts | None = None) -> Iterator[None]:
+    """Turns the last :class:`Retry` into :class:`Unavailable` once the deadline passed, or,
+    for a command one of whose ``attempts`` may have been applied, into
+    :class:`OutcomeUnknown` carrying its key."""
     try:
         yield
     except Retry as exc:
+        if attempts is not None and attempts.maybe_applied:
+            key = attempts.idempotency_key
+            raise OutcomeUnknown(
+                f"no definite answer within {timeout}s (last: {exc}); the command may have been "
+                f"applied: resend it with idempotency_key={key!r} to learn its outcome",
+                idempotency_key=key,
+            ) from None
         raise Unavailable(f"no answer within {timeout}s; last: {exc}") from None

@@ -3,7 +3,9 @@
 A key's partition is computed as the instances compute it (:func:`foldstream.kafka.
 partition_for`, with the store's partitioner), and its active owner's URL read from the map.
 Requests go to the owner directly, without a redirect, until the map turns stale: a 307, a 503
-or an unreachable instance marks it so and it is read again before the next request.
+or an unreachable instance marks it so and it is read again before the next request. Nothing is
+sent to a suspect (a member whose heartbeats are late: it may be dead) while another instance
+is known: the map names no owner for its partitions, and it is asked last.
 """
 
 from __future__ import annotations
@@ -64,7 +66,13 @@ class Router:
         members = [m.url.rstrip("/") for m in self.map.instances] if self.map else []
         order = [*members, *self.seeds] if self.route else [*self.seeds, *members]
         known = list(dict.fromkeys(order))
-        return sorted(known, key=self._is_down)  # stable: the order is kept otherwise
+        # Stable: the order is kept otherwise.
+        return sorted(known, key=lambda url: (self._is_down(url), self._is_suspect(url)))
+
+    def _is_suspect(self, url: str) -> bool:
+        """Whether the map says the member at ``url`` is a suspect."""
+        members = self.map.instances if self.map else []
+        return any(m.suspect and origin(m.url) == origin(url) for m in members)
 
     def any_instance(self) -> str:
         return self.instances()[0]
@@ -93,6 +101,8 @@ class Router:
         if not self.route:
             return None
         owners = self.map.partitions.get(topic, {}).get(str(partition))
-        if owners is None or owners.active is None or self._is_down(owners.active):
+        if owners is None or owners.active is None:
+            return None  # nobody owns it now, or its owner is a suspect
+        if self._is_down(owners.active) or self._is_suspect(owners.active):
             return None
         return owners.active.rstrip("/")

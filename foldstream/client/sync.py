@@ -20,6 +20,7 @@ from foldstream.api_models import (
     WindowsAnswer,
 )
 from foldstream.client.flows import (
+    Attempts,
     Batch,
     BatchLookup,
     ClientCore,
@@ -27,9 +28,10 @@ from foldstream.client.flows import (
     ReadOptions,
     Result,
     Send,
+    new_idempotency_key,
 )
 from foldstream.client.policy import give_up, retry_policy
-from foldstream.routing import MAX_HOPS
+from foldstream.routing import MAX_HOPS, MaxLag
 
 T = TypeVar("T")
 
@@ -69,7 +71,7 @@ class FoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> Any:
         """The value of ``key`` in ``store`` (:class:`KeyNotFound` if it holds none)."""
@@ -80,12 +82,13 @@ class FoldstreamClient:
         store: str,
         key: str,
         *,
-        max_lag: int | None = None,
+        max_lag: MaxLag = None,
         consistent_with: str | None = None,
     ) -> LookupAnswer:
         """The whole answer of a lookup: the value and who served it (``max_lag``: a standby
-        copy at most that many records behind may answer; ``consistent_with``: a command's
-        ``token``, answered only with state that includes that command)."""
+        copy at most that many records behind may answer, ``"any"``: a copy of any lag, even
+        unknown; ``consistent_with``: a command's ``token``, answered only with state that
+        includes that command)."""
         return self._run(lambda: self._core.lookup(store, key, max_lag, consistent_with))
 
     def range(self, store: str, key: str, **options: Unpack[ReadOptions]) -> RangeAnswer:
@@ -113,12 +116,20 @@ class FoldstreamClient:
         arguments: dict[str, Any] | None = None,
         *,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> CommandAnswer:
-        """Send ``command`` to the aggregate; the events it appended and where they landed."""
+        """Send ``command`` to the aggregate; the events it appended and where they landed.
+
+        It is sent with an ``Idempotency-Key`` (``idempotency_key``, or a new one), and resent
+        with it until a definite answer comes, within ``retry_timeout``: the instances apply it
+        once and answer every attempt with its first outcome. Without an answer by then,
+        :class:`~foldstream.client.errors.OutcomeUnknown` carries the key to resend it with."""
+        attempts = Attempts(idempotency_key or new_idempotency_key())
         return self._run(
             lambda: self._core.command(
-                aggregate, aggregate_id, command, arguments or {}, expected_version
-            )
+                aggregate, aggregate_id, command, arguments or {}, expected_version, attempts
+            ),
+            attempts,
         )
 
     def cluster(self) -> ClusterMap:
@@ -150,8 +161,8 @@ class FoldstreamClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self, flow: Callable[[], Flow[T]]) -> T:
-        with give_up(self.retry_timeout):
+    def _run(self, flow: Callable[[], Flow[T]], attempts: Attempts | None = None) -> T:
+        with give_up(self.retry_timeout, attempts):
             for attempt in Retrying(**retry_policy(self.retry_timeout)):
                 with attempt:
                     return self._drive(flow())
@@ -168,7 +179,7 @@ class FoldstreamClient:
     def _send(self, send: Send) -> Result:
         try:
             return self._http.request(
-                send.method, send.url, content=send.content, headers=self._core.headers(send.url)
+                send.method, send.url, content=send.content, headers=self._core.headers(send)
             )
         except httpx.TransportError as exc:
             return exc

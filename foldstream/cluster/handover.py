@@ -59,6 +59,8 @@ class CommandPartitions(Protocol):
 
     def owned(self) -> frozenset[int]: ...
 
+    def idempotency_retention_s(self) -> float: ...
+
 
 class Copies(Protocol):
     """Standby copies a takeover releases first (:class:`~foldstream.changelog.StandbyReplicas`)."""

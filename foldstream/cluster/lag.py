@@ -100,8 +100,10 @@ class LagMeter:
         return self._measured[0]
 
     def _source_lag(self, topic: str, partition: int, applied: int, end: int) -> int:
-        """``end - applied``, or 0 when only offsets without records (transaction markers) lie
-        between them; a span found empty is remembered until the offsets move.
+        """``end - applied``, or 0 when only offsets without records a reader is given lie
+        between them (transaction markers, an aborted transaction's records: the end is the
+        last stable offset, past both); a span found empty is remembered until the offsets
+        move.
 
         Probing the span costs a consumer, so it is done only for a span that did not move
         since the last measurement: a projection at work moves it on every batch.
@@ -146,7 +148,7 @@ class LagMeter:
 def unmeasured(active: Iterable[str], lag: Mapping[str, int]) -> list[str]:
     """The ``active`` copies (``"<store>/<partition>"``) without a figure in ``lag``: their
     source partition's end is not known yet (:class:`~foldstream.end_probes.ProbedEnds` has
-    not read to it yet), so nothing can be said about them being caught up."""
+    had no answer yet), so nothing can be said about them being caught up."""
     return sorted(set(active) - lag.keys())
 
 

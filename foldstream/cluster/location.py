@@ -2,27 +2,58 @@
 
 :meth:`Location.locate` says where a request for a partition goes: here (the active copy, or a
 standby copy within the client's ``max_lag``), to another member (a redirect), or nowhere right
-now (503). :meth:`Location.readiness` says whether a load balancer should send this member
-traffic: it serves everything the assignment gives it, its command partitions are replayed, no
+now (503). No request is sent to a suspect (a member whose heartbeats are late: :mod:`.suspects`).
+While this member's own view of the cluster is not current (none of its heartbeats read back
+within the session timeout) it cannot tell who owns what: it answers reads only from a copy of
+unknown lag where the request allows any (``max_lag=any``), and nothing else (503).
+:meth:`Location.readiness` says whether a load balancer should send this member traffic: its view
+is current, it serves everything the assignment gives it, its command partitions are replayed, no
 move of its partitions is pending, and every copy it serves is within ``ready_max_lag`` records
 of its source.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from foldstream.cluster.handover import CommandPartitions, Handover, Projections
 from foldstream.cluster.lag import LagMeter, partition_lag, unmeasured
 from foldstream.cluster.map import ClusterMap
 from foldstream.cluster.ownership import TopicPartition
+from foldstream.cluster.peers import PeerWatch
 from foldstream.cluster.standbys import StandbyKeeper
-from foldstream.routing import Local, Redirect, Unavailable
+from foldstream.routing import ANY_LAG, Local, MaxLag, Redirect, Unavailable, within
 from foldstream.routing import Location as Answer
 
-Routes = dict[TopicPartition, tuple[str | None, list[tuple[str, int | None]]]]
+
+class Copy(NamedTuple):
+    """A standby copy of a partition: its member's URL, its lag (None: not known), and whether
+    its member is a suspect (then no request is sent there)."""
+
+    url: str
+    lag: int | None
+    suspect: bool
+
+
+class Route(NamedTuple):
+    """Where a partition's requests go: ``active``, the owner's URL (None: no owner requests may
+    be sent to); ``suspect``, the owner's URL while it is a suspect; its standby copies."""
+
+    active: str | None
+    suspect: str | None
+    standbys: tuple[Copy, ...]
+
+
+NO_ROUTE = Route(None, None, ())
+Routes = dict[TopicPartition, Route]
+CUT_OFF = (
+    "this instance's view of the cluster is not current (none of its heartbeats was read back "
+    "within the session timeout: the broker is unreachable or slow), so it cannot tell who owns "
+    "the partition now"
+)
 
 
 class Location:
@@ -32,6 +63,7 @@ class Location:
         self,
         *,
         cluster_map: ClusterMap,
+        peers: PeerWatch,
         handover: Handover,
         standbys: StandbyKeeper,
         lag: LagMeter,
@@ -44,6 +76,7 @@ class Location:
         ready_max_lag: int,
     ) -> None:
         self._map = cluster_map
+        self._peers = peers
         self._handover = handover
         self._standbys = standbys
         self.lag = lag
@@ -55,46 +88,97 @@ class Location:
         self.events_topic = events_topic
         self.ready_max_lag = ready_max_lag
         self._routes: Routes = {}
+        self._building = threading.Lock()
         self._started_at = time.monotonic()
 
     # -- routing -----------------------------------------------------------------------------
 
     def build_routes(self) -> None:
-        """Recompute each partition's owner and standbys from the map (on every change)."""
+        """Recompute each partition's owner and standbys from the map (on every change, from
+        the map's thread or the peer watch's: one at a time, so an older computation never
+        replaces a newer one)."""
+        with self._building:
+            self._routes = self._computed_routes()
+
+    def _computed_routes(self) -> Routes:
         routes: Routes = {}
         members = self._map.members()
+        suspects = self.suspects()
         counted = self.lag.counted()
         for topic, count in self.topics.items():
             for p in range(count):
                 owner = self._map.active_owner(topic, p)
-                standbys = [
-                    (s.url, partition_lag(s.lag, counted, topic, p))
+                standbys = tuple(
+                    Copy(s.url, partition_lag(s.lag, counted, topic, p), s.id in suspects)
                     for s in members.values()
                     if p in s.standby.get(topic, ()) and s is not owner
-                ]
-                routes[(topic, p)] = (owner.url if owner is not None else None, standbys)
-        self._routes = routes
+                )
+                if owner is None:
+                    routes[(topic, p)] = Route(None, None, standbys)
+                elif owner.id in suspects:
+                    routes[(topic, p)] = Route(None, owner.url, standbys)
+                else:
+                    routes[(topic, p)] = Route(owner.url, None, standbys)
+        return routes
 
-    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Answer:
+    def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Answer:
         key = (topic, partition)
+        if not self._map.view_is_current():
+            return self._cut_off(key, max_lag)
         member_id = self._map.member_id
         ownership = self._handover.ownership
         if key in ownership.serving:
             return Local(partition, "active", self.lag.local(topic, partition), member_id)
         if max_lag is not None and key in self._standbys.partitions():
             lag = self.lag.local(topic, partition, live=True)
-            if lag is not None and lag <= max_lag:
+            if within(lag, max_lag):
                 return Local(partition, "standby", lag, member_id)
-        owner, standbys = self._routes.get(key, (None, []))
-        if owner is not None and owner != self.url:
-            return Redirect(partition, owner)
+        route = self._routes.get(key, NO_ROUTE)
+        gone = self._peers.gone  # asked at once: the routes follow a moment later
+        if route.active is not None and route.active != self.url:
+            if not gone(route.active):
+                return Redirect(partition, route.active)
+            route = Route(None, route.active, route.standbys)
         if max_lag is not None:
-            for url, lag in standbys:
-                if url != self.url and lag is not None and lag <= max_lag:
-                    return Redirect(partition, url)
+            for copy in route.standbys:
+                if (
+                    copy.url != self.url
+                    and not copy.suspect
+                    and within(copy.lag, max_lag)
+                    and not gone(copy.url)
+                ):
+                    return Redirect(partition, copy.url)
         if key in ownership.restoring:
             return Unavailable(partition, "this instance is restoring it from the changelog")
+        if route.suspect is not None:
+            return Unavailable(
+                partition,
+                f"its owner {route.suspect} is a suspect (its heartbeats are late, or its "
+                "connection closed: it may be dead); ask again, or allow a standby copy's lag "
+                "with max_lag",
+            )
         return Unavailable(partition, "no live owner yet: the cluster is rebalancing")
+
+    def suspects(self) -> frozenset[str]:
+        """The ids of the members no request is sent to: their heartbeats are late, or their
+        connection closed (:mod:`.peers`)."""
+        gone = self._peers.gone_urls()
+        late = self._map.suspects()
+        return late | {m.id for m in self._map.members().values() if m.url in gone}
+
+    def _cut_off(self, key: TopicPartition, max_lag: MaxLag) -> Answer:
+        """Where a request goes while this member's view is not current: only to a local copy,
+        of unknown lag, when the request allows any."""
+        partition = key[1]
+        if max_lag == ANY_LAG:
+            if key in self._handover.ownership.serving:
+                return Local(partition, "unconfirmed", None, self._map.member_id)
+            if key in self._standbys.partitions():
+                return Local(partition, "standby", None, self._map.member_id)
+        return Unavailable(
+            partition,
+            f"{CUT_OFF}; ask again, or read with max_lag={ANY_LAG} to accept a copy of unknown lag",
+        )
 
     # -- readiness ---------------------------------------------------------------------------
 
@@ -120,6 +204,8 @@ class Location:
         return True, {"lag": lag, "instance": self._map.member_id}
 
     def _unready_reason(self) -> str | None:
+        if not self._map.view_is_current():
+            return CUT_OFF
         counts = self._handover.versions.counts  # a version being built does not count
         failure = self._handover.failure() or self._projections.failure(counts)
         if failure:
@@ -171,20 +257,32 @@ class Location:
         """``GET /cluster``: members, and each partition's active and standby URLs with lag."""
         self.build_routes()
         partitions: dict[str, dict[str, Any]] = {}
-        for (topic, p), (active, standbys) in sorted(self._routes.items()):
+        for (topic, p), route in sorted(self._routes.items()):
             partitions.setdefault(topic, {})[str(p)] = {
-                "active": active,
-                "standbys": [{"url": url, "lag": lag} for url, lag in standbys],
+                "active": route.active,
+                "suspect": route.suspect,
+                "standbys": [copy._asdict() for copy in route.standbys],
             }
+        cluster = self._map.snapshot()
+        suspects = self.suspects()
+        for member in cluster["instances"]:
+            member["suspect"] = member["id"] in suspects
         snapshot = {
-            **self._map.snapshot(),
+            **cluster,
             "settled": self._settled(),
             "partitions": partitions,
             "stores": self.store_info,
         }
         if self._commands is not None:  # where a client sends each aggregate's commands
             topic = self.events_topic
-            snapshot["commands"] = {"topic": topic, "partitions": self.topics[topic]}
+            retention = self._commands.idempotency_retention_s()
+            snapshot["commands"] = {
+                "topic": topic,
+                "partitions": self.topics[topic],
+                # Clients resend a command of unknown outcome with its key only when this is
+                # given: an instance that ignored the header could apply it twice.
+                "idempotency_retention_s": retention,
+            }
         return snapshot
 
     def _settled(self) -> bool:
@@ -193,12 +291,14 @@ class Location:
         assignment = self._map.assignment()
         if assignment.generation == 0 or any(assignment.warmups.values()):
             return False
+        if self.suspects():
+            return False  # a member may be dead: the leader plans without it after the timeout
         members = self._map.members()
         if assignment.members != sorted(members):
             return False  # the leader has yet to plan for a member that joined or left
-        for (topic, p), (active, _) in self._routes.items():
+        for (topic, p), route in self._routes.items():
             owner = assignment.owner(topic, p)
             state = members.get(owner) if owner is not None else None
-            if state is None or active != state.url:
-                return False
+            if state is None or route.active != state.url:
+                return False  # no owner, or a suspect one
         return True

@@ -11,7 +11,10 @@ Silence is measured against this instance's own view of the topic, not the wall 
 heartbeat carries a ``beat`` number, and reading one's own beat back (sent at time T) proves that
 everything appended before T has been read. A member is silent when its newest record was read
 ``liveness_s`` before the newest own beat read back. An instance whose reading stalls (a slow
-broker, a busy process) therefore never declares the others dead for its own delay.
+broker, a busy process) therefore never declares the others dead for its own delay. A member
+silent for ``suspect_s`` (less) is a *suspect*: still a member, keeping its partitions, but no
+instance sends clients to it (:meth:`ClusterMap.suspects`). The listener hears of every member
+that turns suspect, clears, or drops out, as of every record that changes the view.
 
 The topic also holds the newest :class:`~foldstream.cluster.assignment.Assignment` (key
 ``ASSIGNMENT_KEY``), published by the leader (:mod:`.leader`). The topic is read uncommitted:
@@ -42,6 +45,7 @@ from foldstream.cluster.records import (
     parse_assignment,
     rebuild_key,
 )
+from foldstream.cluster.suspects import Suspicion
 from foldstream.kafka import consume_available, consumer_config, producer_config
 
 log = logging.getLogger(__name__)
@@ -68,12 +72,18 @@ class ClusterMap:
         topic: str,
         member_id: str,
         liveness_s: float = 3.0,
+        suspect_s: float | None = None,
         on_change: Callable[[], None] | None = None,
         fetch_wait_max_ms: int = 10,
     ) -> None:
+        """``suspect_s``: how long a member may be silent before it is a suspect (None: as
+        long as ``liveness_s``, no suspects)."""
         self.topic = topic
         self.member_id = member_id
         self.liveness_s = liveness_s
+        self.suspicion = Suspicion(
+            member_id, liveness_s=liveness_s, suspect_s=suspect_s or liveness_s
+        )
         self._on_change = on_change
         self._states: dict[str, MemberState] = {}
         self._seen_at: dict[str, float] = {}
@@ -88,15 +98,14 @@ class ClusterMap:
         self.invalid_records = 0
         self._invalid_logged_at = 0.0
         self._producer = Producer(producer_config(bootstrap, linger_ms=0))
-        # read_uncommitted: a leader stopped inside its transaction (paused, killed) would
-        # otherwise hold every member's view at that record until the transaction times out
-        # (Kafka: transaction.timeout.ms, a minute by default; Tansu 0.6: never), so no member
-        # could notice it gone and lead instead.
+        # read_uncommitted: a leader killed or paused inside its transaction would otherwise
+        # hold every member's view (its own beats included) at that record until the broker
+        # aborts it (transaction.timeout.ms, then the broker's periodic abort check), so no
+        # member could notice it gone and take the role (measured: docs/decisions.md,
+        # "Isolation levels").
         self._consumer = Consumer(
             consumer_config(
-                bootstrap,
-                fetch_wait_max_ms=fetch_wait_max_ms,
-                **{"isolation.level": "read_uncommitted"},
+                bootstrap, fetch_wait_max_ms=fetch_wait_max_ms, isolation="read_uncommitted"
             )
         )
         self._consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -177,14 +186,29 @@ class ClusterMap:
         return time.monotonic() - self._view_at < self.liveness_s
 
     def members(self) -> dict[str, MemberState]:
-        """Live members by id (this one always included once it has published)."""
+        """Live members by id (this one always included once it has published), suspects
+        among them."""
         with self._lock:
             return {
                 member_id: state
                 for member_id, state in self._states.items()
-                if member_id == self.member_id
-                or self._view_at - self._seen_at[member_id] < self.liveness_s
+                if member_id == self.member_id or self._silent_for(member_id) < self.liveness_s
             }
+
+    def suspects(self) -> frozenset[str]:
+        """The live members silent for ``suspect_s`` or more in this member's view: nothing
+        is routed to them (they may be dead: the session timeout says so later)."""
+        with self._lock:
+            return self.suspicion.standing(self._silences())[1]
+
+    def _silent_for(self, member_id: str) -> float:
+        """How long before the newest own beat read back ``member_id``'s newest record was
+        read (under the lock)."""
+        return self._view_at - self._seen_at[member_id]
+
+    def _silences(self) -> dict[str, float]:
+        """Every other member's :meth:`_silent_for` (under the lock)."""
+        return {m: self._silent_for(m) for m in self._states if m != self.member_id}
 
     def max_epoch(self) -> int:
         with self._lock:
@@ -219,6 +243,7 @@ class ClusterMap:
                         self._invalid(message, str(exc))
                     except Exception as exc:  # noqa: BLE001 - one record never stops the map
                         self._invalid(message, f"{type(exc).__name__}: {exc}")
+                changed |= self.suspicion.changed(self._silences())
             if changed:
                 self._changed()
 
@@ -323,12 +348,18 @@ class ClusterMap:
         members = self.members()
         with self._lock:
             ages = {m: round(now - self._seen_at[m], 3) for m in members}
+            suspects = self.suspicion.standing(self._silences())[1]
         assignment = self._assignment
         return {
             "generation": assignment.generation,
             "leader": assignment.leader,
+            "view_current": self.view_is_current(),
             "instances": [
-                {**state.model_dump(), "last_seen_s": ages[member_id]}
+                {
+                    **state.model_dump(),
+                    "last_seen_s": ages[member_id],
+                    "suspect": member_id in suspects,
+                }
                 for member_id, state in sorted(members.items())
             ],
         }
@@ -339,54 +370,3 @@ class ClusterMap:
             self._thread.join(timeout=5)
         self._consumer.close()
         self._producer.flush(5)
-
-
-class Heartbeat:
-    """Publishes ``state()`` every ``interval_s`` (and notices when this process stood still).
-
-    A late heartbeat makes the others think this member is dead, so the thread does nothing
-    else. ``on_pause(seconds)`` is called when the process stood still for longer than the
-    session timeout (a long pause, a frozen machine): the others may have taken its partitions
-    over meanwhile.
-    """
-
-    def __init__(
-        self,
-        cluster_map: ClusterMap,
-        state: Callable[[], MemberState],
-        *,
-        on_pause: Callable[[float], None],
-        interval_s: float = 0.5,
-        tick_s: float = 0.1,
-    ) -> None:
-        self._map = cluster_map
-        self._state = state
-        self._on_pause = on_pause
-        self.interval_s = interval_s
-        self.tick_s = tick_s
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cluster-heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        last = 0.0
-        awake = time.monotonic()
-        while not self._stopping.wait(self.tick_s):
-            now = time.monotonic()
-            if now - awake > self._map.liveness_s:
-                self._on_pause(now - awake)
-            awake = now
-            if now - last < self.interval_s:
-                continue
-            try:
-                self._map.publish(self._state())
-                last = now
-            except Exception:  # noqa: BLE001 - the next beat tries again
-                log.exception("cluster heartbeat failed")
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)

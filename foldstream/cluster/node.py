@@ -28,11 +28,13 @@ from foldstream.changelog import (
     restore,
 )
 from foldstream.cluster.handover import CommandPartitions, Handover, Projections
+from foldstream.cluster.heartbeat import Heartbeat
 from foldstream.cluster.lag import LagMeter, partition_lag
 from foldstream.cluster.leader import Leader
 from foldstream.cluster.location import Location
-from foldstream.cluster.map import ClusterMap, Heartbeat
+from foldstream.cluster.map import ClusterMap
 from foldstream.cluster.ownership import Ownership, by_topic
+from foldstream.cluster.peers import PeerWatch
 from foldstream.cluster.rebuilds import Generations, Rebuilds
 from foldstream.cluster.records import MemberState
 from foldstream.cluster.standbys import StandbyKeeper
@@ -40,6 +42,7 @@ from foldstream.cluster.version_cleanup import RetiredTopics
 from foldstream.cluster.versions import VersionSwitch
 from foldstream.end_probes import ProbedEnds
 from foldstream.routing import Location as Answer
+from foldstream.routing import MaxLag
 from foldstream.settings import Settings
 from foldstream.state.local import LocalStores
 
@@ -51,6 +54,9 @@ class ClusterFigures(TypedDict):
     """What a member says of itself in ``GET /metrics``."""
 
     invalid_records: int  # records of the cluster topic ignored as invalid
+    suspicions: int  # members that turned suspect in this member's view, ever
+    suspects: int  # members that are suspects now
+    view_current: bool  # whether this member's own heartbeats are read back in time
     roles: Mapping[tuple[str, int], str]  # (topic, partition) -> active, restoring or standby
     lag: Mapping[str, int]  # "<store>/<partition>" -> records behind
 
@@ -94,8 +100,14 @@ class ClusterNode:
             topic=settings.cluster_topic,
             member_id=member_id,
             liveness_s=settings.session_timeout_ms / 1000,
+            suspect_s=settings.suspect_after_ms / 1000,
             on_change=self._changed,
             fetch_wait_max_ms=settings.background_fetch_wait_max_ms,
+        )
+        self.peers = PeerWatch(
+            own_url=settings.url,
+            urls=lambda: [member.url for member in self.map.members().values()],
+            on_change=self._changed,
         )
         copies_lock = self._copies_lock = threading.Lock()
         self.handover = Handover(
@@ -154,6 +166,7 @@ class ClusterNode:
         settings = self.settings
         return Location(
             cluster_map=self.map,
+            peers=self.peers,
             handover=self.handover,
             standbys=self.standbys,
             lag=self.lag,
@@ -186,6 +199,7 @@ class ClusterNode:
         self.map.start()
         self.publish()
         self.heartbeat.start()
+        self.peers.start()
         self.leader.start()
         self.handover.start()
         self._upkeep.start()
@@ -204,12 +218,13 @@ class ClusterNode:
         self._upkeep.join(timeout=10)
         self._versions_upkeep.join(timeout=10)
         self.heartbeat.stop()
+        self.peers.stop()
         self.map.leave()
         self.map.close()
 
     # -- what the routes ask -----------------------------------------------------------------
 
-    def locate(self, topic: str, partition: int, *, max_lag: int | None = None) -> Answer:
+    def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Answer:
         return self.location.locate(topic, partition, max_lag=max_lag)
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
@@ -228,7 +243,14 @@ class ClusterNode:
             roles.update(dict.fromkeys(ownership.restoring, "restoring"))
             roles.update(dict.fromkeys(ownership.serving, "active"))
         invalid = self.map.invalid_records + self.rebuilds.invalid
-        return {"invalid_records": invalid, "roles": roles, "lag": self.lag.last}
+        return {
+            "invalid_records": invalid,
+            "suspicions": self.map.suspicion.suspicions + self.peers.losses,
+            "suspects": len(self.location.suspects()),
+            "view_current": self.map.view_is_current(),
+            "roles": roles,
+            "lag": self.lag.last,
+        }
 
     # -- the member's state ------------------------------------------------------------------
 

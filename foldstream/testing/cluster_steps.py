@@ -12,6 +12,7 @@ follow::
     Given a cluster of 3 instances of the service
     Given a cluster of 3 instances of the service "foldstream.examples.storefront:service"
     When clients keep querying every key of store "stock" on every instance
+    When clients keep querying every key of store "stock" on every instance, also with max_lag 1000
     When the owner of "fail-1" in store "stock" is killed with kill -9
     When instance 2 restarts with its state directory deleted
     When a new instance joins the cluster
@@ -266,20 +267,35 @@ def concurrent_commands(
     assert len(cluster_state.answers) == int(clients), f"answered: {cluster_state.answers}"
 
 
-@when(parsers.parse('clients keep querying every key of store "{store}" on every instance'))
-def query_load(cluster_state: ClusterState, scenario_state: ScenarioState, store: str) -> None:
-    """Once instance 1 answers every key with its value (redirects followed), starts the load
-    and returns when every instance has been asked for every key."""
+@when(
+    parsers.re(
+        r'clients keep querying every key of store "(?P<store>[^"]+)" on every instance'
+        r"(?:, also with max_lag (?P<max_lag>\d+))?"
+    )
+)
+def query_load(
+    cluster_state: ClusterState, scenario_state: ScenarioState, store: str, max_lag: str | None
+) -> None:
+    """Once instance 1 answers every key with its value (redirects followed), and with a
+    ``max_lag`` every instance does so with it too (the standby copies have caught up), starts
+    the load and returns when every instance has been asked for every key."""
     members = cluster_state.live()
     where = Store.of(members[0], store)
     expected = written(members[0], where, cluster_state, scenario_state)
-    for key, value in expected.items():
-        url = members[0].url + where.path(key)
+    asked = [(members[0].url + where.path(key), value) for key, value in expected.items()]
+    if max_lag is not None:
+        asked += [
+            (f"{member.url}{where.path(key)}?max_lag={max_lag}", value)
+            for member in members
+            for key, value in expected.items()
+        ]
+    for url, value in asked:
         wait_until(
             lambda u=url, v=value: (s := http("GET", u))[0] == 200 and s[1]["value"] == v,  # type: ignore[misc]
-            lambda k=key: f"{k} not answered with its value before the load",  # type: ignore[misc]
+            lambda u=url: f"{u} not answered with its value before the load",  # type: ignore[misc]
         )
-    load = QueryLoad(members, where, expected)
+    lag = None if max_lag is None else int(max_lag)
+    load = QueryLoad(members, where, expected, max_lag=lag)
     cluster_state.load = load
     wait_until(
         lambda: min(load.rounds.values()) >= 1 or load.wrong,
@@ -300,6 +316,8 @@ def kill_owner(cluster_state: ClusterState, key: str, store: str) -> None:
         cluster_state.load.mark_dead(victim.url)
     cluster_state.killed_at = time.monotonic()
     victim.kill()
+    if cluster_state.load is not None:  # reaped: its connections are closed from now on
+        cluster_state.load.dead_since = time.monotonic()
 
 
 @when(parsers.parse("instance {number:d} restarts with its state directory deleted"))

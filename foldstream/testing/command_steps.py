@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+import httpx
 from confluent_kafka import Producer
 from pytest_bdd import given, parsers, then, when
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -87,7 +88,7 @@ COMMAND_RETRY_S = 60.0
 @when(
     parsers.re(
         rf'(?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)" is sent "(?P<command>{NAME})" '
-        r"with (?P<body>.*)"
+        r'with (?P<body>.*?)(?: and the query "(?P<query>[^"]*)")?'
     )
 )
 def send_command(
@@ -97,16 +98,20 @@ def send_command(
     aggregate_id: str,
     command: str,
     body: str,
+    query: str | None,
 ) -> None:
-    """Sends ``body`` as it is written (so malformed JSON can be sent too). A 503 (the
-    partition is still being replayed or moved) is sent again, as a client does, for up to
-    :data:`COMMAND_RETRY_S`; any other answer is the scenario's to check."""
+    """Sends ``body`` as it is written (so malformed JSON can be sent too), with ``query`` as
+    the query string when one is given. A 503 (the partition is still being replayed or
+    moved) is sent again, as a client does, for up to :data:`COMMAND_RETRY_S`; any other
+    answer is the scenario's to check."""
     _, settings = service_of(instance)
     scenario_state.ends_before = log_ends(
         instance.bootstrap, settings.events_topic, instance.partitions
     )
     scenario_state.sent_key = aggregate_id
     url = f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}"
+    if query is not None:
+        url += f"?{query}"
     send = Retrying(
         stop=stop_after_delay(COMMAND_RETRY_S),
         wait=wait_fixed(0.2),
@@ -114,6 +119,51 @@ def send_command(
         retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
     )
     scenario_state.response = send(http, "POST", url, body.encode())
+
+
+@when(
+    parsers.re(
+        rf'(?P<aggregate>{NAME}) "(?P<aggregate_id>[^"]+)" is sent "(?P<command>{NAME})" '
+        r'under Idempotency-Key "(?P<key>[^"]*)" with (?P<body>.*)'
+    )
+)
+def send_keyed_command(
+    instance: InstanceProcess,
+    scenario_state: ScenarioState,
+    aggregate: str,
+    aggregate_id: str,
+    command: str,
+    key: str,
+    body: str,
+) -> None:
+    """:func:`send_command` with the header ``Idempotency-Key: key``; the first 200 answer of
+    each key is kept for ``the answer is the first one under Idempotency-Key``."""
+    _, settings = service_of(instance)
+    scenario_state.ends_before = log_ends(
+        instance.bootstrap, settings.events_topic, instance.partitions
+    )
+    scenario_state.sent_key = aggregate_id
+    url = f"{instance.url}/commands/{aggregate}/{aggregate_id}/{command}"
+    headers = {"Idempotency-Key": key, "Content-Type": "application/json"}
+    send = Retrying(
+        stop=stop_after_delay(COMMAND_RETRY_S),
+        wait=wait_fixed(0.2),
+        retry=retry_if_result(lambda answer: answer.status_code == 503),
+        retry_error_callback=lambda state: state.outcome.result(),  # type: ignore[union-attr]
+    )
+    answer = send(httpx.post, url, content=body.encode(), headers=headers, timeout=30)
+    scenario_state.response = (answer.status_code, answer.json())
+    scenario_state.replayed = answer.headers.get("idempotent-replayed") == "true"
+    if answer.status_code == 200:
+        scenario_state.first_by_key.setdefault(key, scenario_state.response)
+
+
+@then(parsers.parse('the answer is the first one under Idempotency-Key "{key}", marked replayed'))
+def first_answer_again(scenario_state: ScenarioState, key: str) -> None:
+    """The same events, position and token as the key's first 200, marked as a retry's."""
+    assert key in scenario_state.first_by_key, f"no 200 under {key!r} yet"
+    assert scenario_state.last_response() == scenario_state.first_by_key[key]
+    assert scenario_state.replayed, "no Idempotent-Replayed: true on the answer"
 
 
 @when(

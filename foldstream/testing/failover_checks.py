@@ -25,7 +25,7 @@ from foldstream.testing.steps import REQUEST_ERRORS, WAIT, service_of, wait_unti
 @then(
     parsers.re(
         r"every key is answered again within (?P<seconds>\d+) seconds, with no wrong answer "
-        r"and only (?P<allowed>\d+(?:(?:, | or )\d+)*) seen"
+        r"and only (?P<allowed>\d+(?:(?:, | or )\d+)*)(?: with Retry-After)? seen"
     )
 )
 def answered_again(
@@ -34,7 +34,8 @@ def answered_again(
     """Every survivor answers every key (redirects followed) with its value; the seconds since
     the kill are printed and kept as the test report's user property ``failover_s``. Meanwhile
     the query load saw no wrong value and no other status (a connection error counts, except
-    to the dead instance)."""
+    to the dead instance; a 503 without Retry-After and a redirect into the dead instance are
+    statuses of their own, never allowed)."""
     load = cluster_state.load
     assert load is not None, "no query load runs in this scenario"
     assert cluster_state.killed_at, "no instance was killed in this scenario"
@@ -73,6 +74,56 @@ def answered_again(
         load.samples,
     )
     assert recovered < int(seconds), f"{recovered:.2f}s"
+
+
+@then("no instance redirected a client to the killed instance after it died")
+def no_redirect_to_the_dead(cluster_state: ClusterState) -> None:
+    """No read sent after the killed instance was reaped (its sockets closed) was redirected to
+    it; those answered before, in flight at the kill, are only counted."""
+    load = cluster_state.load
+    assert load is not None, "no query load runs in this scenario"
+    load.stop()
+    print(
+        f"\nredirects into the killed instance: {len(load.to_dead)} after it died, "
+        f"{load.in_flight_to_dead} in flight at the kill"
+    )
+    assert not load.to_dead, load.to_dead
+
+
+@then(
+    parsers.parse(
+        "reads with max_lag of the killed instance's partitions were answered again within "
+        "{seconds:f} seconds of the kill"
+    )
+)
+def lagged_reads_answered_again(
+    cluster_state: ClusterState, request: pytest.FixtureRequest, seconds: float
+) -> None:
+    """Every survivor answered a read with ``max_lag`` (the load's) of a key of each partition
+    the killed instance owned, within ``seconds`` of the kill: printed and kept as the user
+    property ``standby_read_s`` (to the resolution of the load's rounds)."""
+    load = cluster_state.load
+    assert load is not None and load.max_lag is not None, "no load with max_lag in this scenario"
+    load.stop()
+    owned = [
+        int(p)
+        for p, entry in cluster_state.before["partitions"][load.store.topic].items()
+        if entry["active"] == cluster_state.victim
+    ]
+    assert owned, f"the killed instance owned nothing: {cluster_state.before}"
+    delays = {}
+    for member in cluster_state.live():
+        for partition in owned:
+            answered = load.lagged_answered.get((member.url, partition), [])
+            after = [at for at in answered if at >= load.dead_since]
+            assert after, f"{member.url} never answered partition {partition} with max_lag again"
+            delays[(member.url, partition)] = round(after[0] - cluster_state.killed_at, 3)
+    slowest = max(delays.values())
+    print(
+        f"\nreads with max_lag answered again {slowest:.3f}s after kill -9: {delays}; {load.lagged}"
+    )
+    request.node.user_properties.append(("standby_read_s", slowest))
+    assert slowest <= seconds, delays
 
 
 @then(parsers.parse("the {count:d} survivors own every partition"))

@@ -25,6 +25,7 @@ from foldstream.kafka import (
     consume_available,
     consumer_config,
     ensure_topics,
+    listed_ends,
     produce_when_room,
     producer_config,
     read_to_end,
@@ -57,7 +58,8 @@ def kafka_python_config(bootstrap: str) -> dict[str, Any]:
 
 
 def log_ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """``{partition: end offset}`` of ``topic`` now, learnt by reading to the end of each."""
+    """``{partition: end offset}`` of ``topic`` now: where a reader of committed records stops
+    (the last stable offset, :class:`~foldstream.end_probes.ProbedEnds`)."""
     ends = ProbedEnds(bootstrap, topic, list(range(partitions)))
     try:
         return ends.ends()
@@ -169,10 +171,36 @@ class CommandWriter:
             raise self.error
 
 
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """``{partition: high watermark}``: past every record written, committed or not."""
+    consumer = Consumer(consumer_config(bootstrap, isolation="read_uncommitted"))
+    try:
+        return listed_ends(consumer, topic, range(partitions), 30.0)
+    finally:
+        consumer.close()
+
+
+def await_settled(bootstrap: str, topic: str, partitions: int, timeout: float = 15.0) -> None:
+    """Wait until every transaction open on ``topic`` now has ended (its markers written).
+
+    A producer's commit returns once the coordinator decided; the coordinator writes the
+    markers after, and until they land a committed read stops before the transaction."""
+    written = high_watermarks(bootstrap, topic, partitions)
+    deadline = time.monotonic() + timeout
+    while any(log_ends(bootstrap, topic, partitions)[p] < end for p, end in written.items()):
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(
+                f"{topic}: a transaction open for {timeout}s (a writer paused or killed in it?)"
+            )
+        time.sleep(0.05)
+
+
 def read_topic(
     bootstrap: str, topic: str, partitions: int
 ) -> list[tuple[int, int, bytes, bytes | None, list[tuple[str, bytes]]]]:
-    """Every record of ``topic`` as (partition, offset, key, value, headers), to the end."""
+    """Every committed record of ``topic`` as (partition, offset, key, value, headers), once
+    the transactions open at the call have ended (:func:`await_settled`)."""
+    await_settled(bootstrap, topic, partitions)
     return [
         (m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or ()))
         for batch in read_to_end(bootstrap, topic, partitions)

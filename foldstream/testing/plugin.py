@@ -33,6 +33,9 @@ pytest.register_assert_rewrite(
     "foldstream.testing.cluster_steps", "foldstream.testing.cluster_checks"
 )
 
+#: The session timeout of the instances started here, unless a cluster asks for another.
+SESSION_TIMEOUT_MS = 3000
+
 pytest_plugins = [  # a module before those that import it, so that pytest rewrites its asserts
     "foldstream.testing.scenario",
     "foldstream.testing.instance_steps",
@@ -63,9 +66,15 @@ class InstancePool:
         self.root = root
         self.partitions = partitions
         self._running: dict[str, InstanceProcess] = {}
-        self._clusters: dict[tuple[str, int], list[InstanceProcess]] = {}
+        self._clusters: dict[tuple[str, int, int], list[InstanceProcess]] = {}
 
-    def _new(self, service: str, state_dir: str, server: str = "uvicorn") -> InstanceProcess:
+    def _new(
+        self,
+        service: str,
+        state_dir: str,
+        server: str = "uvicorn",
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+    ) -> InstanceProcess:
         name = service.replace(":", ".").replace(".", "-")
         return InstanceProcess(
             bootstrap=self.bootstrap,
@@ -73,6 +82,7 @@ class InstancePool:
             service=service,
             partitions=self.partitions,
             server=server,
+            session_timeout_ms=session_timeout_ms,
         )
 
     @staticmethod
@@ -94,13 +104,19 @@ class InstancePool:
         self._start_dead([instance])
         return instance
 
-    def cluster(self, service: str, size: int) -> list[InstanceProcess]:
+    def cluster(
+        self, service: str, size: int, *, session_timeout_ms: int = SESSION_TIMEOUT_MS
+    ) -> list[InstanceProcess]:
         """``size`` running instances of ``service`` sharing its partitions, each with its own
         state directory, once every partition has a live owner and a caught-up standby."""
-        members = self._clusters.get((service, size))
+        members = self._clusters.get((service, size, session_timeout_ms))
         if members is None:
-            members = [self._new(service, f"cluster-{size}-{n}") for n in range(1, size + 1)]
-            self._clusters[(service, size)] = members
+            timeout = "" if session_timeout_ms == SESSION_TIMEOUT_MS else f"-{session_timeout_ms}"
+            members = [
+                self._new(service, f"cluster-{size}{timeout}-{n}", "uvicorn", session_timeout_ms)
+                for n in range(1, size + 1)
+            ]
+            self._clusters[(service, size, session_timeout_ms)] = members
         self._start_dead(members)
         wait_cluster_stable(members)
         return members

@@ -40,6 +40,10 @@ class ScenarioState:
     produced: list[tuple[bytes, int]] = field(default_factory=list)
     produced_to: str = ""
     writer: CommandWriter | None = None
+    #: The first 200 answer of each Idempotency-Key sent, and whether the last answer was a
+    #: retry's (``Idempotent-Replayed``).
+    first_by_key: dict[str, tuple[int, Any]] = field(default_factory=dict)
+    replayed: bool = False
 
     def last_response(self) -> tuple[int, Any]:
         assert self.response is not None, "no command was sent in this scenario"

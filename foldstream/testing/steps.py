@@ -27,6 +27,8 @@ producer writes these records to "t":`` (key | value table, empty value = tombst
 every record landed in the partition the "consistent"|"murmur2" partitioner gives its key``;
 ``When another writer keeps appending "cmd" with {...} to each of 40 product ids starting
 "p-"`` (or ``to 20 at random of 3000 product ids starting "p-"``: 20 drawn each round),
+``When product "sku-1" is sent "sell" under Idempotency-Key "k-1" with {...}`` and ``Then the
+answer is the first one under Idempotency-Key "k-1", marked replayed``,
 ``When the store "s" has a value for "k"``, ``When the instance is killed while the writer is
 still appending``, ``When the writer appends 50 more rounds and stops``, ``When the
 instance is restarted``; ``Then looking up "k" in store "s" answers 404 saying "..."``, ``Then
@@ -55,10 +57,12 @@ from foldstream.testing.command_steps import (
     command_accepted,
     command_appended,
     events_appended,
+    first_answer_again,
     kill_mid_stream,
     nothing_appended,
     rejected,
     send_command,
+    send_keyed_command,
     writer_stops,
 )
 from foldstream.testing.instance_steps import (
@@ -110,6 +114,7 @@ __all__ = [
     "command_accepted",
     "command_appended",
     "events_appended",
+    "first_answer_again",
     "get_answers_with",
     "instance_gone",
     "kill_mid_stream",
@@ -122,6 +127,7 @@ __all__ = [
     "rejected",
     "restart",
     "send_command",
+    "send_keyed_command",
     "service_of",
     "store_has_value",
     "store_is_plain_fold",

@@ -76,6 +76,8 @@ def check(history: History, events: list[Event]) -> Verdict:
     commands = [op for op in history.ops if op.kind == "command"]
     reads = [op for op in history.ops if op.kind == "read"]
     _commands_applied(commands, events, verdict)
+    if history.commands_retried:
+        _outcomes_known(commands, events, verdict)
     _append_order(commands, verdict)
     _reads(reads, commands, by_key, verdict)
     _redirects(history, verdict)
@@ -92,13 +94,38 @@ def _versions(by_key: dict[str, list[Event]], verdict: Verdict) -> None:
             verdict.fail("versions", f"{key}: versions in log order {versions[:50]}")
 
 
-def _commands_applied(commands: list[Op], events: list[Event], verdict: Verdict) -> None:
-    """An acknowledged command's event is in the log once, where its answer said; a refused
-    one's never; one without an answer at most once."""
+def _by_command(events: list[Event]) -> dict[tuple[str, int], list[Event]]:
+    """The events of each command, by (key, quantity): a quantity names its command."""
     seen: dict[tuple[str, int], list[Event]] = defaultdict(list)
     for event in events:
         if event.quantity is not None:
             seen[(event.key, event.quantity)].append(event)
+    return seen
+
+
+def _outcomes_known(commands: list[Op], events: list[Event], verdict: Verdict) -> None:
+    """Commands resent with their Idempotency-Key until a definite answer came: every one has
+    such an answer (not none, not a 503), and, the load's commands being valid, every one is
+    in the log exactly once."""
+    seen = _by_command(events)
+    for op in commands:
+        assert op.quantity is not None
+        verdict.count("outcome-known")
+        if op.status in (None, 503):
+            verdict.fail(
+                "outcome-known",
+                f"op {op.id} ({op.key}): {op.status or 'no answer'} after {op.attempts} attempts",
+            )
+        verdict.count("applied-once")
+        found = len(seen.get((op.key, op.quantity), []))
+        if found != 1:
+            verdict.fail("applied-once", f"op {op.id} ({op.key}) {op.status}: {found}x in the log")
+
+
+def _commands_applied(commands: list[Op], events: list[Event], verdict: Verdict) -> None:
+    """An acknowledged command's event is in the log once, where its answer said; a refused
+    one's never; one without an answer at most once."""
+    seen = _by_command(events)
     for op in commands:
         assert op.quantity is not None
         found = seen.get((op.key, op.quantity), [])

@@ -7,7 +7,9 @@ acknowledged command each event belongs to, and a stock value (a sum of unique q
 names the prefix of the product's events it folds. Redirects are followed by hand (each hop
 recorded); an answer that never came (refused, reset, timed out) leaves the outcome unknown.
 With ``retry_commands``, a command without a definite answer is sent again with the same
-``Idempotency-Key`` until one comes (or ``MAX_ATTEMPTS``).
+``Idempotency-Key`` until one comes (or ``MAX_ATTEMPTS``, or ``RETRY_DEADLINE_S``), even after
+the load was told to stop: its outcome must become known. Every operation is recorded when it
+starts, so one whose client never finished shows without an answer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +27,14 @@ import httpx
 from tests.nemesis.history import Clock, Hop, Op
 
 MAX_HOPS = 4
-MAX_ATTEMPTS = 20
+MAX_ATTEMPTS = 100
+#: How long a command is resent for at most, and how long between two attempts.
+RETRY_DEADLINE_S = 120.0
+RETRY_WAIT_S = 0.5
 REQUEST_TIMEOUT_S = 5.0
+#: How long :meth:`Load.stop` waits for a client's last operation: its retries, each attempt
+#: up to its hops' timeouts.
+STOP_WAIT_S = RETRY_DEADLINE_S + 2 * MAX_HOPS * REQUEST_TIMEOUT_S
 STORE = "stock"
 
 
@@ -56,8 +65,9 @@ class Load:
     def stop(self) -> list[Op]:
         self._stop.set()
         for thread in self._threads:
-            thread.join(60)
-        return sorted(self.ops, key=lambda op: op.id)
+            thread.join(STOP_WAIT_S)
+        with self._lock:
+            return sorted(self.ops, key=lambda op: op.id)
 
     def _run(self, client: int) -> None:
         rng = random.Random(self.seed * 1000 + client)
@@ -66,13 +76,13 @@ class Load:
             while not self._stop.is_set():
                 key = f"n{self.seed}-{rng.randrange(self.keys)}"
                 op = Op(id=next(self._ids), client=client, kind="command", key=key, start=0.0)
-                if rng.random() < 0.5:
-                    self._command(http, rng, op, tokens)
-                else:
-                    op.kind = "read"
-                    self._read(http, rng, op, tokens.get(key))
+                op.kind = "command" if rng.random() < 0.5 else "read"
                 with self._lock:
                     self.ops.append(op)
+                if op.kind == "command":
+                    self._command(http, rng, op, tokens)
+                else:
+                    self._read(http, rng, op, tokens.get(key))
                 self._stop.wait(rng.uniform(0, 2 * self.pause_s))
 
     def _command(
@@ -82,6 +92,7 @@ class Load:
         op.idempotency_key = uuid.uuid4().hex
         op.start = self.clock.now()
         path = f"/commands/product/{op.key}/receive_shipment"
+        deadline = time.monotonic() + RETRY_DEADLINE_S
         while op.attempts < (MAX_ATTEMPTS if self.retry_commands else 1):
             op.attempts += 1
             answer = self._send(
@@ -93,9 +104,9 @@ class Load:
                 json={"quantity": op.quantity},
                 headers={"Idempotency-Key": op.idempotency_key},
             )
-            if op.status not in (None, 503) or self._stop.is_set():
+            if op.status not in (None, 503) or time.monotonic() > deadline:
                 break
-            self._stop.wait(0.2)
+            time.sleep(RETRY_WAIT_S)  # not the stop event: the command goes on to its answer
         op.end = self.clock.now()
         if op.status == 200 and isinstance(answer, dict):
             op.token = answer.get("token")

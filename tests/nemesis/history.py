@@ -73,10 +73,14 @@ class History:
     ops: list[Op] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     urls: list[str] = field(default_factory=list)  # instance n's URL at index n
+    #: Whether the clients resent each command (with its key) until a definite answer came.
+    commands_retried: bool = False
 
     def write(self, path: Path) -> None:
         with path.open("w") as out:
-            out.write(json.dumps({"urls": self.urls}) + "\n")
+            out.write(
+                json.dumps({"urls": self.urls, "commands_retried": self.commands_retried}) + "\n"
+            )
             for fault in self.faults:
                 out.write(json.dumps({"fault": asdict(fault)}) + "\n")
             for op in self.ops:

@@ -69,7 +69,7 @@ def run(
         time.sleep(2.0)  # a last stretch of load on the settled cluster
     finally:
         ops = load.stop()
-    history = History(ops, nemesis.faults, deployment.urls)
+    history = History(ops, nemesis.faults, deployment.urls, commands_retried=retry_commands)
     history.write(deployment.root / "history.jsonl")
     assert deployment.kafka is not None
     events = read_events(deployment.kafka.bootstrap, deployment.partitions)

@@ -47,6 +47,15 @@ function partitionsOf(byTopic) {
     .join("; ");
 }
 
+// "0.4 s ago", or a suspect's: its heartbeats are late, no instance sends it requests.
+function lastSeen(member) {
+  const seen = text("span", `${member.last_seen_s.toFixed(1)} s ago`);
+  if (!member.suspect) return seen;
+  const cell = document.createElement("span");
+  cell.append(seen, " ", text("span", "suspect", "cell suspect"));
+  return cell;
+}
+
 function showMembers(cluster) {
   const names = {};
   for (const member of cluster.instances) names[member.url] = member.id;
@@ -57,11 +66,15 @@ function showMembers(cluster) {
     partitionsOf(m.active),
     partitionsOf(m.standby),
     partitionsOf(m.restoring),
-    `${m.last_seen_s.toFixed(1)} s ago`,
+    lastSeen(m),
   ]));
   const settled = cluster.settled ? "settled" : "partitions moving";
-  $("#summary").textContent =
-    `${cluster.instances.length} members · generation ${cluster.generation} · ${settled}`;
+  const suspects = cluster.instances.filter((m) => m.suspect).length;
+  const said = [`${cluster.instances.length} members`, `generation ${cluster.generation}`, settled];
+  if (suspects) said.push(`${suspects} suspect${suspects > 1 ? "s" : ""} (heartbeats late: not sent requests)`);
+  if (cluster.view_current === false) said.push("this instance's view is NOT current: it may be cut off from the cluster");
+  $("#summary").textContent = said.join(" · ");
+  $("#summary").className = suspects || cluster.view_current === false ? "warn" : "";
   return names;
 }
 
@@ -78,14 +91,16 @@ function showPartitions(cluster, names) {
     table.dataset.topic = topic;
     table.appendChild(row(["partition", "active", "standbys"]));
     for (const [number, owners] of Object.entries(partitions)) {
-      const active = owners.active
-        ? text("span", names[owners.active] || owners.active, "cell active")
-        : text("span", restoring[`${topic}/${number}`] ? `restoring on ${restoring[`${topic}/${number}`]}` : "none",
-          restoring[`${topic}/${number}`] ? "cell restoring" : "cell none");
+      const restorer = restoring[`${topic}/${number}`];
+      let active;
+      if (owners.active) active = text("span", names[owners.active] || owners.active, "cell active");
+      else if (owners.suspect) active = text("span", `${names[owners.suspect] || owners.suspect} (suspect)`, "cell suspect");
+      else active = text("span", restorer ? `restoring on ${restorer}` : "none", restorer ? "cell restoring" : "cell none");
       const standbys = document.createElement("span");
       for (const copy of owners.standbys) {
         const lag = copy.lag === null ? "?" : copy.lag;
-        standbys.appendChild(text("span", `${names[copy.url] || copy.url} (${lag})`, "cell standby"));
+        const name = `${names[copy.url] || copy.url} (${lag})${copy.suspect ? " suspect" : ""}`;
+        standbys.appendChild(text("span", name, copy.suspect ? "cell standby suspect" : "cell standby"));
       }
       const tr = row([number, active, standbys]);
       tr.dataset.partition = number;
