@@ -9,7 +9,8 @@ beside a plain confluent-kafka pipeline); ``takeover``, ``aggregates``, ``ryw`` 
 ``commands_vs_plain`` issue 25's (the command side's takeover, memory with many aggregates,
 read-your-writes, commands beside a minimal appending app); ``failover_clients`` what clients
 see through a ``kill -9`` (redirects into the dead member, reads with ``max_lag`` answered
-again)."""
+again); ``sources`` Spark's own Kafka source beside foldstream's Python Data Source (rebuild and
+freshness, alternated)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from bench import (
     read_your_writes,
     rebuild,
     rekey,
+    sources,
     spark_standalone,
     takeover,
 )
@@ -72,6 +74,7 @@ SECTIONS = (
     "ryw",
     "commands_vs_plain",
     "failover_clients",
+    "sources",
 )
 #: The sections that run on a broker of their own, each ``(run, bootstrap) -> figures``.
 OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
@@ -79,6 +82,7 @@ OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
     "rekey": rekey.rekey_figures,
     "aggregates": aggregate_memory.aggregate_memory_figures,
     "ryw": read_your_writes.read_your_writes_figures,
+    "sources": sources.sources_figures,
 }
 #: The sections that start the brokers they need themselves, each ``(run) -> figures``.
 OWN_BROKERS: dict[str, Callable[[BenchRun], list[Figure]]] = {

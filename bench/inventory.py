@@ -31,9 +31,8 @@ def inventory_instance(
 ) -> Iterator[tuple[KafkaCluster, InstanceProcess, lookups.Target]]:
     """A warm inventory instance on a broker of its own, for one ``purpose``.
 
-    Each round gets a fresh broker: the CPU Tansu spends on a tailing consumer grows with the
-    topic's history (``python -m bench.broker_history``: 0.17 cores at 12k records of small
-    transactions, 0.42 at 44k), and every round writes tens of thousands of records.
+    Each round gets a fresh broker, so no round pays for the records an earlier one wrote
+    (every round writes tens of thousands).
     """
     with KafkaCluster() as broker:
         instance = InstanceProcess(

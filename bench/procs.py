@@ -63,16 +63,14 @@ def _kind(pid: int) -> str:
     except OSError:
         return "gone"
     if b"java" in command.split(b" ", 1)[0]:
-        return "jvm"
-    if b"tansu" in command.split(b" ", 1)[0]:
-        return "broker"
+        return "broker" if b"kafka.Kafka" in command else "jvm"
     if b"pyspark" in command:
         return "spark python workers"
     return "other"
 
 
 def cpu_by_kind(pid: int) -> dict[str, float]:
-    """CPU seconds of ``pid``'s tree split into the JVM, Spark's Python workers, an embedded
+    """CPU seconds of ``pid``'s tree split into the JVM, Spark's Python workers, a Kafka
     broker and the rest."""
     split: dict[str, float] = {}
     for member in process_tree(pid):

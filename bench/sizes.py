@@ -32,6 +32,10 @@ def sizes(quick: bool) -> dict[str, Any]:
             takeover_aggregates=5_000,
             held_aggregates=200_000,
             ryw_probes=100,
+            source_events=60_000,
+            source_keys=20_000,
+            source_fresh_seconds=5.0,
+            source_rounds=1,
         )
     return dict(
         events=2_000_000,
@@ -57,4 +61,8 @@ def sizes(quick: bool) -> dict[str, Any]:
         takeover_aggregates=100_000,
         held_aggregates=5_000_000,
         ryw_probes=400,
+        source_events=200_000,
+        source_keys=50_000,
+        source_fresh_seconds=60.0,
+        source_rounds=3,
     )

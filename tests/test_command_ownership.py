@@ -148,9 +148,8 @@ class TakeOverBeforeCommit:
 
 
 def test_a_writer_fenced_mid_transaction_gives_its_partition_up(broker: KafkaCluster) -> None:
-    """Kafka answers the commit with 'fenced'; Tansu lets it time out (outcome unknown). Either
-    way the old writer keeps nothing in memory and releases the partition, and the new owner's
-    state is what a replay of the partition gives."""
+    """Kafka answers the commit with 'fenced': the old writer keeps nothing in memory and
+    releases the partition, and the new owner's state is what a replay of the partition gives."""
     topic = new_topic(broker)
     released: list[tuple[int, Exception]] = []
 

@@ -298,8 +298,8 @@ def _spec_of(command: str) -> TopicSpec:
 def test_a_replication_factor_the_cluster_cannot_hold_is_refused_with_the_remedy(
     broker: KafkaCluster,
 ) -> None:
-    """The session's broker is one node: Kafka refuses two replicas (Tansu kept one copy
-    whatever was asked), which shows the factor asked is the one sent."""
+    """The session's broker is one node: Kafka refuses two replicas, which shows the factor
+    asked is the one sent."""
     settings = Settings(
         service="replicated", bootstrap_servers=broker.bootstrap, partitions=2, replication_factor=2
     )

@@ -1,4 +1,5 @@
-"""Apache Kafka's jars, fetched from Maven Central with Maven into a cache on first use.
+"""Apache Kafka's jars (and any other jars foldstream needs, :func:`maven_jars`), fetched from
+Maven Central with Maven into a cache on first use.
 
 Kafka publishes its broker as ordinary Maven artifacts (``org.apache.kafka:kafka_2.13`` and what
 it needs at run time); Maven itself resolves them, so foldstream needs no download code of its
@@ -78,22 +79,42 @@ def kafka_libs(
     """The directory of Apache Kafka ``version``'s jars (a broker's class path is its ``*``).
 
     ``$FOLDSTREAM_KAFKA_LIBS`` names one to use as it is. Otherwise the jars are fetched with
-    Maven into :func:`cache_root` the first time, telling ``progress`` (default: standard
-    error) what is fetched; raises :class:`EnvironmentNotReady` with the remedy when Maven is
-    missing or cannot fetch them."""
+    Maven into :func:`cache_root` the first time (:func:`maven_jars`)."""
     explicit = os.environ.get(LIBS_ENV)
     if explicit:
         return _checked_libs(Path(explicit))
     pom = _POM.format(version=version, log4j=LOG4J_VERSION, slf4j=SLF4J_VERSION)
+    return maven_jars(
+        f"kafka-{version}",
+        pom,
+        what=f"Apache Kafka {version}",
+        remedy=f"set {LIBS_ENV} to a directory of Kafka's jars",
+        progress=progress,
+    )
+
+
+def maven_jars(
+    name: str,
+    pom: str,
+    *,
+    what: str,
+    remedy: str,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """The directory of the jars ``pom`` needs at run time, fetched with Maven into
+    :func:`cache_root` (``<name>-<digest of the POM>/libs``) the first time, telling
+    ``progress`` (default: standard error) what is fetched; raises
+    :class:`EnvironmentNotReady` naming ``what`` and, beside installing or reaching Maven,
+    ``remedy`` when Maven is missing or cannot fetch them."""
     # Named for what the POM asks too: a changed POM fetches into a directory of its own.
-    home = cache_root() / f"kafka-{version}-{hashlib.sha256(pom.encode()).hexdigest()[:8]}"
+    home = cache_root() / f"{name}-{hashlib.sha256(pom.encode()).hexdigest()[:8]}"
     libs = home / "libs"
     if (libs / COMPLETE).exists():
         return libs
     home.mkdir(parents=True, exist_ok=True)
     with _locked(home / ".lock"):
         if not (libs / COMPLETE).exists():  # another process may have fetched them meanwhile
-            _fetch(version, pom, home, libs, progress or _to_stderr)
+            _fetch(pom, home, libs, what, remedy, progress or _to_stderr)
     return libs
 
 
@@ -106,18 +127,19 @@ def _checked_libs(libs: Path) -> Path:
     return libs
 
 
-def _fetch(version: str, pom: str, home: Path, libs: Path, progress: Callable[[str], None]) -> None:
+def _fetch(
+    pom: str, home: Path, libs: Path, what: str, remedy: str, progress: Callable[[str], None]
+) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise EnvironmentNotReady(
-            f"the broker needs Apache Kafka {version}'s jars, fetched with Maven on first use, "
-            "and `mvn` was not found: install it (apt-get install maven), or set "
-            f"{LIBS_ENV} to a directory of Kafka's jars"
+            f"{what}'s jars are fetched with Maven on first use, and `mvn` was not found: "
+            f"install it (apt-get install maven), or {remedy}"
         )
     (home / "pom.xml").write_text(pom)
     partial = home / "libs.partial"
     shutil.rmtree(partial, ignore_errors=True)
-    progress(f"fetching Apache Kafka {version} with Maven into {libs} (first use only)")
+    progress(f"fetching {what} with Maven into {libs} (first use only)")
     command = [
         mvn,
         "--batch-mode",
@@ -130,14 +152,13 @@ def _fetch(version: str, pom: str, home: Path, libs: Path, progress: Callable[[s
     failure = _run_maven(command, progress)
     if failure is not None:
         raise EnvironmentNotReady(
-            f"Maven could not fetch Apache Kafka {version}: {failure}; check that this machine "
-            f"reaches Maven Central (repo.maven.apache.org), or set {LIBS_ENV} to a directory "
-            "of Kafka's jars"
+            f"Maven could not fetch {what}: {failure}; check that this machine reaches Maven "
+            f"Central (repo.maven.apache.org), or {remedy}"
         )
-    (partial / COMPLETE).write_text(version + "\n")
+    (partial / COMPLETE).write_text(what + "\n")
     shutil.rmtree(libs, ignore_errors=True)
     partial.rename(libs)
-    progress(f"Apache Kafka {version}: {sum(1 for _ in libs.glob('*.jar'))} jars in {libs}")
+    progress(f"{what}: {sum(1 for _ in libs.glob('*.jar'))} jars in {libs}")
 
 
 def _run_maven(command: list[str], progress: Callable[[str], None]) -> str | None:

@@ -40,14 +40,30 @@ class Copy(NamedTuple):
 
 class Route(NamedTuple):
     """Where a partition's requests go: ``active``, the owner's URL (None: no owner requests may
-    be sent to); ``suspect``, the owner's URL while it is a suspect; its standby copies."""
+    be sent to); ``suspect``, the owner's URL while it is a suspect; its standby copies, their
+    lag behind the log (:func:`behind_log`); ``owner_lag``, the owner's lag as it last published
+    it (None: no owner, or not published)."""
 
     active: str | None
     suspect: str | None
     standbys: tuple[Copy, ...]
+    owner_lag: int | None = None
 
 
 NO_ROUTE = Route(None, None, ())
+
+
+def behind_log(copy_lag: int | None, owner_lag: int | None) -> int | None:
+    """A standby copy's lag behind its source: its changelog records not yet applied plus the
+    source records its owner had not folded when it last published its lag. The changelog
+    alone measures the copy against the owner's store, which may itself trail the log: a copy
+    with no changelog record to apply reported 0 while the events of acknowledged commands were
+    still unfolded (a read with ``max_lag=0`` then missed them)."""
+    if copy_lag is None or owner_lag is None:
+        return None
+    return copy_lag + owner_lag
+
+
 Routes = dict[TopicPartition, Route]
 CUT_OFF = (
     "this instance's view of the cluster is not current (none of its heartbeats was read back "
@@ -108,17 +124,22 @@ class Location:
         for topic, count in self.topics.items():
             for p in range(count):
                 owner = self._map.active_owner(topic, p)
+                owner_lag = None if owner is None else partition_lag(owner.lag, counted, topic, p)
                 standbys = tuple(
-                    Copy(s.url, partition_lag(s.lag, counted, topic, p), s.id in suspects)
+                    Copy(
+                        s.url,
+                        behind_log(partition_lag(s.lag, counted, topic, p), owner_lag),
+                        s.id in suspects,
+                    )
                     for s in members.values()
                     if p in s.standby.get(topic, ()) and s is not owner
                 )
                 if owner is None:
                     routes[(topic, p)] = Route(None, None, standbys)
                 elif owner.id in suspects:
-                    routes[(topic, p)] = Route(None, owner.url, standbys)
+                    routes[(topic, p)] = Route(None, owner.url, standbys, owner_lag)
                 else:
-                    routes[(topic, p)] = Route(owner.url, None, standbys)
+                    routes[(topic, p)] = Route(owner.url, None, standbys, owner_lag)
         return routes
 
     def locate(self, topic: str, partition: int, *, max_lag: MaxLag = None) -> Answer:
@@ -129,16 +150,16 @@ class Location:
         ownership = self._handover.ownership
         if key in ownership.serving:
             return Local(partition, "active", self.lag.local(topic, partition), member_id)
+        route = self._routes.get(key, NO_ROUTE)
         if max_lag is not None and key in self._standbys.partitions():
-            lag = self.lag.local(topic, partition, live=True)
+            lag = behind_log(self.lag.local(topic, partition, live=True), route.owner_lag)
             if within(lag, max_lag):
                 return Local(partition, "standby", lag, member_id)
-        route = self._routes.get(key, NO_ROUTE)
         gone = self._peers.gone  # asked at once: the routes follow a moment later
         if route.active is not None and route.active != self.url:
             if not gone(route.active):
                 return Redirect(partition, route.active)
-            route = Route(None, route.active, route.standbys)
+            route = Route(None, route.active, route.standbys, route.owner_lag)
         if max_lag is not None:
             for copy in route.standbys:
                 if (
