@@ -23,7 +23,7 @@ from tests.nemesis.checker import check
 from tests.nemesis.clients import Load
 from tests.nemesis.deployment import Deployment
 from tests.nemesis.history import Clock, History, Op
-from tests.nemesis.run import read_events
+from tests.nemesis.run import read_events, write_events
 
 DOWN_S = 15.0  # a node stays down well past the brokers' session timeout (4 s)
 SETTLED_S = 8.0  # from then on, after a kill, commands are accepted on every partition again
@@ -59,6 +59,7 @@ class Loaded:
         events = read_events(self.deployment.kafka.bootstrap, self.deployment.partitions)
         history = History(ops, [], self.deployment.urls)
         history.write(self.deployment.root / f"{name}.jsonl")
+        write_events(self.deployment.root / f"{name}.events.jsonl", events)
         verdict = check(history, events)
         assert verdict.checked["acknowledged-once"] > 50, dict(verdict.checked)
         assert not verdict.total_violations, dict(verdict.violations)

@@ -187,7 +187,7 @@ def _reads(
         found = 0 if op.status == 404 else _version_of(op.value, by_key.get(op.key, []))
         verdict.count("reads-real")
         if found is None:
-            verdict.fail("reads-real", f"op {op.id} ({op.key}): {op.value} is no prefix of its log")
+            verdict.fail("reads-real", _made_up(op, by_key.get(op.key, [])))
             continue
         version: int = found
         if op.token_version is not None:
@@ -199,6 +199,23 @@ def _reads(
                 )
         if op.max_lag is not None and (op.served_by or {}).get("role") == "standby":
             _max_lag(op, version, acknowledged, by_key.get(op.key, []), verdict)
+
+
+def _made_up(op: Op, log: list[Event]) -> str:
+    """What a read answered that no prefix of ``log`` folds to, with what tells where it came
+    from: when, which instance and copy, and the nearest values of the log's prefixes."""
+    sums, total = [], 0
+    for event in log:
+        total += event.quantity or 0
+        sums.append(total)
+    on_hand = op.value.get("on_hand") if isinstance(op.value, dict) else None
+    below = max((s for s in sums if isinstance(on_hand, int) and s < on_hand), default=None)
+    above = min((s for s in sums if isinstance(on_hand, int) and s > on_hand), default=None)
+    return (
+        f"op {op.id} ({op.key}): {op.value} is no prefix of its log (prefixes {below} and "
+        f"{above} around it; read at {op.start:.1f}s from {op.answered_by}, served_by "
+        f"{op.served_by})"
+    )
 
 
 def _version_of(value: Any, log: list[Event]) -> int | None:

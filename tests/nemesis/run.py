@@ -4,18 +4,17 @@ faults for a while, then the events topic read and the history checked."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from foldstream.kafka import consumer_config
+from foldstream.testing.kafka import read_topic
 from tests.nemesis.checker import Event, Verdict, check, parse_event
 from tests.nemesis.clients import Load
 from tests.nemesis.deployment import Deployment
@@ -73,43 +72,28 @@ def run(
     history.write(deployment.root / "history.jsonl")
     assert deployment.kafka is not None
     events = read_events(deployment.kafka.bootstrap, deployment.partitions)
+    write_events(deployment.root / "events.jsonl", events)
     return Outcome(history, check(history, events), len(events), time.monotonic() - began)
 
 
-def read_events(bootstrap: str, partitions: int, timeout: float = 60.0) -> list[Event]:
-    """Every committed event of the events topic, read up to the ends the partitions' leaders
-    report (their last stable offsets): reading only to the first end-of-partition could stop
-    short at a newly elected leader, whose high watermark trails until its followers fetch."""
-    consumer = Consumer(consumer_config(bootstrap))  # read_committed: librdkafka's default
-    try:
-        ends = {
-            tp.partition: tp.offset
-            for tp in consumer.offsets_for_times(
-                [TopicPartition(EVENTS_TOPIC, p, OFFSET_END) for p in range(partitions)],
-                timeout=timeout,
-            )
-        }
-        consumer.assign([TopicPartition(EVENTS_TOPIC, p, 0) for p in range(partitions)])
-        events: list[Event] = []
-        reached = {p: 0 for p in range(partitions)}
-        deadline = time.monotonic() + timeout
-        while any(reached[p] < ends[p] for p in reached):
-            assert time.monotonic() < deadline, f"read {reached} of {ends} in {timeout}s"
-            message: Any
-            for message in consumer.consume(1000, 0.5):
-                m = message
-                if m.error() is None:
-                    events.append(
-                        parse_event(
-                            m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or ())
-                        )
-                    )
-                    reached[m.partition()] = max(reached[m.partition()], m.offset() + 1)
-                elif m.error().code() == KafkaError._PARTITION_EOF:
-                    reached[m.partition()] = max(reached[m.partition()], m.offset())
-        return events
-    finally:
-        consumer.close()
+def read_events(bootstrap: str, partitions: int, topic: str = EVENTS_TOPIC) -> list[Event]:
+    """Every committed event of the events topic, once every transaction open when the load
+    stopped has ended (:func:`~foldstream.testing.kafka.read_topic`).
+
+    A command is answered once the coordinator decided its commit; the markers land after, and
+    until then a committed read ends before the transaction: read at once, the log the checker
+    holds answers against could lack the last commands. The read goes to the ends the
+    partitions' leaders answer by ListOffsets, asked again while a newly elected one answers
+    none: a failed answer must not end a partition's read early."""
+    return [parse_event(*record) for record in read_topic(bootstrap, topic, partitions)]
+
+
+def write_events(path: Path, events: list[Event]) -> None:
+    """The log a history is checked against, an event a line: a failed check can be looked
+    into after the run, the cluster gone."""
+    with path.open("w") as out:
+        for event in events:
+            out.write(json.dumps(asdict(event)) + "\n")
 
 
 def summary(outcome: Outcome, console: Console) -> None:
