@@ -29,6 +29,7 @@ from rich.console import Console
 
 from bench import (
     aggregate_memory,
+    broker,
     cluster,
     failover_clients,
     lookups,
@@ -63,6 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The sections of a run, in order. ``inventory`` compares freshness with the do-nothing
 #: micro-batches ``rebuild`` measures: it runs ``rebuild`` too.
 SECTIONS = (
+    "broker",
     "rebuild",
     "lookups",
     "inventory",
@@ -86,6 +88,7 @@ OWN_BROKER: dict[str, Callable[[BenchRun, str], list[Figure]]] = {
 }
 #: The sections that start the brokers they need themselves, each ``(run) -> figures``.
 OWN_BROKERS: dict[str, Callable[[BenchRun], list[Figure]]] = {
+    "broker": broker.broker_figures,
     "takeover": takeover.takeover_figures,
     "commands_vs_plain": plain_commands.plain_command_figures,
     "failover_clients": failover_clients.failover_client_figures,
