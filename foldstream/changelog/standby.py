@@ -167,27 +167,38 @@ class StandbyReplicas:
                 return None
             return max(0, replica.end - replica.position)
 
-    def _note_end(self, key: tuple[str, int], replica: _Replica) -> None:
+    def _note_end(self, key: tuple[str, int], replica: _Replica, *, idle: bool = False) -> None:
         """Take the changelog partition's high watermark from the consumer's last fetch answer
-        (no request: exact, unlike ListOffsets) as the copy's end."""
+        (no request: exact, unlike ListOffsets) as the copy's end.
+
+        ``idle``: every record the consumer gave was applied, so its position (past the last
+        record given, and past the markers and aborted records it skipped since) is the copy's.
+        On a replicated changelog the end-of-partition event can come before the high watermark
+        covers a transaction's marker (not replicated yet); the fetch that later skips the
+        marker raises no event, and the copy's lag stayed 1 for good."""
         changelog = TopicPartition(self.layouts[key[0]].changelog_topic, key[1])
         try:
             found = self._consumer.get_watermark_offsets(changelog, cached=True)
+            if idle and replica.end is not None and replica.end > replica.position:
+                (read,) = self._consumer.position([changelog])
+                if read.error is None and read.offset > replica.position:
+                    replica.position = read.offset
         except KafkaException:  # not fetched
             return
         if found and found[1] >= 0:
             replica.end = max(found[1], replica.position)
 
-    def _note_ends(self) -> None:
+    def _note_ends(self, *, idle: bool = False) -> None:
         """:meth:`_note_end` of every copy fetched since it was taken up, every
-        :data:`POLL_WAIT_S` at most (5 us each), whether or not records came."""
+        :data:`POLL_WAIT_S` at most (5 us each), whether or not records came (``idle``: none
+        came, and none is held unapplied)."""
         now = time.monotonic()
         if now - self._ends_noted_at < POLL_WAIT_S:
             return
         self._ends_noted_at = now
         for key, replica in self._replicas.items():
             if replica.end is not None:
-                self._note_end(key, replica)
+                self._note_end(key, replica, idle=idle)
 
     def _close(self, key: tuple[str, int]) -> None:
         self._replicas.pop(key).writer.close()
@@ -216,7 +227,8 @@ class StandbyReplicas:
             return
         first = self._consumer.poll(POLL_WAIT_S)
         with self._lock:
-            self._note_ends()  # a copy given no records may still be behind
+            # A copy given no records may still be behind; with none given, none is unapplied.
+            self._note_ends(idle=first is None and not self._refetch)
             if first is None:
                 return
             if self._assigned != assigned:
