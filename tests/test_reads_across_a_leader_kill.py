@@ -19,7 +19,7 @@ from foldstream.projections.source import KafkaRange, read_messages
 
 TOPIC = "killed.events"
 PARTITIONS = 2
-TRANSACTIONS = 300  # of 5 records each; every 7th aborted
+TRANSACTIONS = 100  # of 5 records each (10 MB, past the prefetch); every 7th aborted
 #: Records larger than the reader prefetches (4 MB): most are fetched after the kill.
 VALUE = b"x" * 20_000
 
