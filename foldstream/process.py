@@ -286,12 +286,20 @@ def cluster_unsettled(instances: Sequence[InstanceProcess], *, standbys: bool = 
             for p, entry in partitions.items():
                 if entry["active"] not in urls:
                     return f"{instance.url}: {topic}/{p} has no live owner"
-                if standbys and not any(s["lag"] == 0 for s in entry["standbys"]):
+                if standbys and not _caught_up_standby(view, entry, p):
                     return (
                         f"{instance.url}: {topic}/{p} has no caught-up standby: {entry} (the "
                         f"lags members publish: {_published_lags(view, p)})"
                     )
     return None
+
+
+def _caught_up_standby(view: dict[str, Any], entry: dict[str, Any], partition: str) -> bool:
+    """Whether a standby of ``partition`` has applied its whole changelog, as its member
+    publishes it: ready for a takeover. (The lag a route gives a standby counts its owner's
+    too, which is what a read's ``max_lag`` is held to, not whether the copy is complete.)"""
+    lags = _published_lags(view, partition)
+    return any(lags.get(s["url"]) and not any(lags[s["url"]].values()) for s in entry["standbys"])
 
 
 def _published_lags(view: dict[str, Any], partition: str) -> dict[str, dict[str, int]]:

@@ -37,6 +37,8 @@ class _Replica:
     end: int | None = None  # changelog end as of the last fetch
     copied: int = 0  # records applied before the copy first caught up; -1 once it has
     backoff: Backoff = field(default_factory=Backoff)  # after a failure to apply its records
+    idle_span: tuple[int, int | None] | None = None  # (position, end) when last found idle
+    fetched_again: tuple[int, int | None] | None = None  # the idle span last fetched again
 
     @property
     def writer(self) -> RocksDBWriter:
@@ -180,13 +182,26 @@ class StandbyReplicas:
         try:
             found = self._consumer.get_watermark_offsets(changelog, cached=True)
             if idle and replica.end is not None and replica.end > replica.position:
-                (read,) = self._consumer.position([changelog])
-                if read.error is None and read.offset > replica.position:
-                    replica.position = read.offset
+                self._past_markers(changelog, replica)
         except KafkaException:  # not fetched
             return
         if found and found[1] >= 0:
             replica.end = max(found[1], replica.position)
+
+    def _past_markers(self, changelog: TopicPartition, replica: _Replica) -> None:
+        """Move an idle copy behind its end to its consumer's position; if that does not
+        reach the end and the span stays as it was, fetch the span again once: the fetch ends
+        in an end-of-partition event at the end if only markers lie there."""
+        (read,) = self._consumer.position([changelog])
+        if read.error is None and read.offset > replica.position:
+            replica.position = read.offset
+            return
+        span = (replica.position, replica.end)
+        if replica.idle_span == span and replica.fetched_again != span:
+            changelog.offset = replica.position
+            self._consumer.seek(changelog)
+            replica.fetched_again = span
+        replica.idle_span = span
 
     def _note_ends(self, *, idle: bool = False) -> None:
         """:meth:`_note_end` of every copy fetched since it was taken up, every
