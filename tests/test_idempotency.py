@@ -23,7 +23,6 @@ from confluent_kafka import Producer
 from starlette.applications import Starlette
 
 from foldstream.broker import KafkaCluster
-from foldstream.changelog import ChangelogWriter
 from foldstream.commands import CommandHandler, CommandResult, IdempotencyKeyReused, Retention
 from foldstream.commands.http import REPLAYED_HEADER, command_routes
 from foldstream.commands.idempotency import HEADER
@@ -64,11 +63,10 @@ class Stores:
         self.host = StoreHost(state_dir=state_dir)
         self.host.start()
         for partition in range(PARTITIONS):
-            writer = ChangelogWriter.fenced(
-                bootstrap=broker.bootstrap, topic=changelog, partition=partition
-            )
-            self.host.open(AGGREGATE_STORE, partition, identity="test", epoch=1, changelog=writer)
-        self.snapshots = SnapshotStore(self.host)
+            self.host.open(AGGREGATE_STORE, partition, identity="test", epoch=1)
+        self.snapshots = SnapshotStore(
+            self.host, bootstrap=broker.bootstrap, changelog_topic=changelog
+        )
 
     def stored(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
         held = self.host.partition(AGGREGATE_STORE, partition)
@@ -76,6 +74,7 @@ class Stores:
         return held.get_many(keys)
 
     def close(self) -> None:
+        self.snapshots.close()
         self.host.stop()
 
 
