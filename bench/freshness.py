@@ -206,7 +206,7 @@ class TailingFold:
             fetched = consume_available(self.consumer, 10_000, 0.05)
             by_partition = records_of_messages([m for m in fetched if m.error() is None])
             for partition, records in by_partition.items():
-                done = fold_partition(self.projection, self.writers[partition], records)
+                done = fold_partition(self.projection, self.writers[partition], records, None)
                 if done is not None:
                     self.commits[partition].append((done[1], time.monotonic()))
 

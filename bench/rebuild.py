@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from bench.procs import cpu_by_kind
 from bench.workload import expected_on_hand, sku
-from foldstream.changelog import ChangelogWriter
 from foldstream.examples.inventory import service
 from foldstream.kafka import read_to_end
 from foldstream.projections.chunks import records_of_messages
@@ -48,7 +47,7 @@ def reference_fold(
     started = time.perf_counter()
     for batch in read_to_end(bootstrap, topic, partitions):
         for partition, records in records_of_messages(batch).items():
-            done = fold_partition(projection, writers[partition], records)
+            done = fold_partition(projection, writers[partition], records, None)
             folded += done[0] if done else 0
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu
@@ -77,19 +76,7 @@ def spark_rebuild(
     )
     host.start()
     for partition in range(partitions):
-        # As a takeover holds it: written through a changelog writer that fenced the others.
-        changelog = ChangelogWriter.fenced(
-            bootstrap=settings.bootstrap_servers,
-            topic=settings.changelog_topic(store),
-            partition=partition,
-        )
-        host.open(
-            store,
-            partition,
-            identity=f"{settings.events_topic}/{partition}",
-            epoch=1,
-            changelog=changelog,
-        )
+        host.open(store, partition, identity=f"{settings.events_topic}/{partition}", epoch=1)
     runner = ProjectionRunner(
         spark=spark,
         settings=settings,

@@ -18,14 +18,29 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from foldstream.commands.aggregates import PartitionAggregates
 from foldstream.domain import EventRecord
 from foldstream.errors import BrokerUnavailable, NotOwner, PartitionFenced
-from foldstream.kafka import FENCED_CODES, kafka_error_of, producer_config
+from foldstream.kafka import producer_config
 
 log = logging.getLogger(__name__)
+
+# librdkafka reports fencing as _FENCED; the broker's own codes show up in delivery reports.
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+
+
+def _kafka_error(exc: BaseException) -> KafkaError | None:
+    """The KafkaError behind ``exc``: the client sometimes wraps it in a SystemError."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException) and isinstance(seen.args[0], KafkaError):
+            return seen.args[0]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class PartitionWriter:
@@ -96,8 +111,8 @@ class PartitionWriter:
                 self._producer.commit_transaction(self.timeout)
             except Exception as exc:
                 self._fail()
-                errors = [kafka_error_of(exc), *(e for e, _ in delivered)]
-                if any(e is not None and e.code() in FENCED_CODES for e in errors):
+                errors = [_kafka_error(exc), *(e for e, _ in delivered)]
+                if any(e is not None and e.code() in _FENCED for e in errors):
                     raise PartitionFenced(self.partition) from exc
                 raise BrokerUnavailable(
                     f"transaction on partition {self.partition} failed ({exc}); its outcome is "

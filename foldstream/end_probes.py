@@ -123,23 +123,16 @@ class ProbedEnds:
 
 
 def holds_records(
-    bootstrap: str,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int | None,
-    *,
-    timeout: float = 5.0,
+    bootstrap: str, topic: str, partition: int, start: int, end: int, *, timeout: float = 5.0
 ) -> bool:
-    """Whether a consumer finds any record at offsets ``[start, end)`` of ``partition`` (``end``
-    None: up to the partition's end).
+    """Whether a consumer finds any record at offsets ``[start, end)`` of ``partition``.
 
     Some offsets hold no record a consumer is given: transaction markers (every committed
     transaction ends with one), records of aborted transactions, compacted-away records. So a
     store that applied everything up to ``start`` is caught up with ``end`` when this is False,
     although ``end - start > 0``.
     """
-    if end is not None and end <= start:
+    if end <= start:
         return False
     consumer = Consumer(consumer_config(bootstrap))
     consumer.assign([TopicPartition(topic, partition, start)])
@@ -155,9 +148,9 @@ def holds_records(
             if offset is None:
                 continue
             if error is None:
-                return end is None or offset < end
-            if end is None or offset >= end:
-                return False  # the partition's end
+                return bool(offset < end)
+            if offset >= end:
+                return False
     finally:
         consumer.close()
     raise BrokerUnavailable(f"could not read {topic}/{partition} from {start} within {timeout}s")

@@ -50,7 +50,7 @@ from foldstream.responses import error_response
 from foldstream.route_params import METRICS, refusing_unknown
 from foldstream.routing import Locator
 from foldstream.service import Service
-from foldstream.settings import Settings
+from foldstream.settings import AGGREGATE_STORE, Settings
 from foldstream.state.applied import AppliedOffsets
 from foldstream.state.host import StoreHost
 from foldstream.state.local import LocalStores
@@ -247,7 +247,12 @@ class Instance:
         if not self.service.aggregates:
             return None, None
         settings = self.settings
-        snapshots = SnapshotStore(host)
+        snapshots = SnapshotStore(
+            host,
+            bootstrap=settings.bootstrap_servers,
+            changelog_topic=settings.changelog_topic(AGGREGATE_STORE),
+        )
+        stack.callback(snapshots.close)
         handler = CommandHandler(
             aggregates=self.service.aggregates,
             bootstrap=settings.bootstrap_servers,

@@ -67,29 +67,6 @@ def _unknown(partitioner: str) -> ConfigurationError:
     return ConfigurationError(f"unknown partitioner {partitioner!r}; use one of {PARTITIONERS}")
 
 
-#: How a transactional producer learns that another one took its ``transactional.id``:
-#: librdkafka says ``_FENCED``; the broker's own codes show up in delivery reports.
-FENCED_CODES = frozenset(
-    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-)
-
-
-def kafka_error_of(exc: BaseException) -> KafkaError | None:
-    """The KafkaError behind ``exc``: the client sometimes wraps it in a SystemError."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, KafkaException) and isinstance(seen.args[0], KafkaError):
-            return seen.args[0]
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def is_fenced(exc: BaseException) -> bool:
-    """Whether ``exc`` says another producer took this one's ``transactional.id``."""
-    error = kafka_error_of(exc)
-    return error is not None and error.code() in FENCED_CODES
-
-
 def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:
     """Wait up to ``timeout`` for the first message, then take what is already there.
 

@@ -116,29 +116,6 @@ def topic_ids(
     return ids
 
 
-def topic_settings(
-    bootstrap: str, topics: Iterable[str], name: str, timeout: float = 10.0
-) -> dict[str, str]:
-    """``{topic: value}`` of the topic config ``name`` of each of ``topics`` that the brokers
-    describe (left out: a topic not described, e.g. for want of ``DescribeConfigs``)."""
-    wanted = sorted(set(topics))
-    if not wanted:
-        return {}
-    admin = admin_client(bootstrap)
-    resources = [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in wanted]
-    found = {}
-    for resource, future in admin.describe_configs(resources).items():
-        try:
-            config = future.result(timeout=timeout)
-        except KafkaException as exc:
-            log.warning("cannot read %s of %s: %s", name, resource.name, exc)
-            continue
-        entry = config.get(name)
-        if entry is not None and entry.value is not None:
-            found[resource.name] = str(entry.value)
-    return found
-
-
 def ensure_topics(
     bootstrap: str,
     specs: Iterable[TopicSpec],

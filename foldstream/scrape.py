@@ -45,7 +45,7 @@ class Activity:
     transactions: int
     commands: int
     tasks: int = 0
-    #: Mean ms per task of each step the tasks report (``input``, ``fold``, ``acks``...).
+    #: Mean ms per task of each step the tasks report (``input``, ``fold``, ``changelog``...).
     task_mean_ms: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:

@@ -25,26 +25,18 @@ the broker has no topic ids) cannot be told apart: such a changelog must be dele
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from foldstream.end_probes import holds_records, positions_within
+from foldstream.end_probes import positions_within
 from foldstream.errors import StaleState
 from foldstream.kafka import read_partitions_to_end, topic_ids
-from foldstream.kafka_topics import topic_settings
 from foldstream.settings import OnStaleState
 from foldstream.state import RocksDBWriter, discard_partition, partition_path
 from foldstream.state.format import TABLE_FORMAT
 from foldstream.state.rocksdb import is_lock_held
-from foldstream.state.validity import (
-    Observed,
-    Recorded,
-    Verdict,
-    deletions_may_be_gone,
-    judge,
-)
+from foldstream.state.validity import Observed, Recorded, Verdict, judge
 
 #: The id of the source topic a changelog record's value was folded from.
 SOURCE_ID_HEADER = "foldstream-source-id"
@@ -156,21 +148,13 @@ def _judge(
             if offset is not None and topic in ids and not recreated:
                 positions[(topic, copy.partition)] = offset
     within = positions_within(bootstrap, positions)
-    retention, now_ms = _retentions(bootstrap, recorded), time.time_ns() // 1_000_000
     verdicts = {}
     for copy, stamp in recorded.items():
-        changelog_within = within.get((copy.changelog_topic, copy.partition), True)
-        kept_ms = retention.get(copy.changelog_topic)
         observed = Observed(
             source_id=ids.get(copy.source_topic),
             changelog_id=ids.get(copy.changelog_topic),
             source_offset_within=within.get((copy.source_topic, copy.partition), True),
-            changelog_offset_within=changelog_within,
-            changelog_retention_ms=kept_ms,
-            now_ms=now_ms,
-            records_after_position=changelog_within
-            and deletions_may_be_gone(stamp, kept_ms, now_ms)
-            and _records_after(bootstrap, copy, stamp),
+            changelog_offset_within=within.get((copy.changelog_topic, copy.partition), True),
         )
         verdict = judge(
             stamp,
@@ -186,29 +170,7 @@ def _judge(
 
 def _recorded(writer: RocksDBWriter) -> Recorded:
     source_id, changelog_id = writer.topic_ids()
-    return Recorded(
-        writer.applied_offset(),
-        writer.changelog_offset(),
-        source_id,
-        changelog_id,
-        writer.changelog_time(),
-    )
-
-
-def _retentions(bootstrap: str, recorded: dict[LocalCopy, Recorded]) -> dict[str, int]:
-    """The ``delete.retention.ms`` of the changelogs of the copies that recorded a changelog
-    time (asked only of those: the others are not judged by it)."""
-    topics = {c.changelog_topic for c, r in recorded.items() if r.changelog_time is not None}
-    found = topic_settings(bootstrap, topics, "delete.retention.ms")
-    return {topic: int(value) for topic, value in found.items() if value.isdigit()}
-
-
-def _records_after(bootstrap: str, copy: LocalCopy, stamp: Recorded) -> bool:
-    """Whether ``copy``'s changelog partition holds records after its position (without any, a
-    copy misses nothing however old it is)."""
-    assert stamp.changelog_offset is not None
-    start = stamp.changelog_offset + 1
-    return holds_records(bootstrap, copy.changelog_topic, copy.partition, start, None)
+    return Recorded(writer.applied_offset(), writer.changelog_offset(), source_id, changelog_id)
 
 
 def _refuse(stale: list[tuple[LocalCopy, Verdict]]) -> None:

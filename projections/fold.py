@@ -14,21 +14,20 @@ For each Kafka partition in a task, in offset order and in chunks of up to
 :data:`~foldstream.projections.chunks.FOLD_CHUNK_RECORDS` records as they arrive (so a
 rebuild's large micro-batches need no more memory than small ones): skip records at or below
 the offset stored with the state (a replayed micro-batch applies nothing twice), fold the rest,
-and commit: the store host writes every changed key's new value to the store's compacted
-changelog (a tombstone for a delete) in one transaction of the partition's changelog writer,
-then values and the source offset in one RocksDB write batch. A crash between the two steps
-only re-sends identical changelog values on replay. The partitions are held open by the
-instance's :class:`~foldstream.state.host.StoreHost`, which the task reads and writes over a
-local connection; the changelog's writer is the hold's, fenced by the partition's next owner
-(:class:`~foldstream.changelog.ChangelogWriter`).
+send every changed key's new value to the store's compacted changelog (a tombstone for a
+delete) and wait for the acks, then commit values and the source offset in one RocksDB write
+batch. A crash between the two steps only re-sends identical changelog values on replay. The
+partitions are held open by the instance's :class:`~foldstream.state.host.StoreHost`, which the
+task reads and writes over a local connection.
 
 A record the projection cannot fold is a poison record (:mod:`~foldstream.projections.poison`):
-tried again a few times, then dead-lettered (acknowledged before the chunk commits), skipped,
-or the end of the partition's folding in this instance (its store's ``on_error``).
+tried again a few times, then dead-lettered (queued with the chunk's changelog records, and
+acknowledged before the chunk commits), skipped, or the end of the partition's folding in this
+instance (its store's ``on_error``).
 
 Stores of a multi-stage graph (a store whose changes others read, a multi-input store, a hidden
 forwarder) fold through a :class:`~foldstream.projections.staged.Stage`: forwarded records are
-acknowledged before the chunk commits, and forwarded records applied already are skipped.
+queued with the changelog records, and forwarded records applied already are skipped.
 """
 
 from __future__ import annotations
@@ -47,19 +46,29 @@ from foldstream.projections.poison import (
 )
 from foldstream.projections.projection import Projection
 from foldstream.projections.staged import Stage
-from foldstream.projections.task_output import MAX_VALUE_BYTES, Folded, await_acknowledgements
+from foldstream.projections.task_output import (
+    MAX_VALUE_BYTES,
+    ChangelogTarget,
+    Folded,
+    await_changelog,
+    changelog_position,
+    send_changes,
+)
 from foldstream.state import PartitionWriter
 
 
 def fold_partition(
-    projection: Projection, writer: PartitionWriter, records: Records
+    projection: Projection,
+    writer: PartitionWriter,
+    records: Records,
+    changelog: ChangelogTarget | None,
 ) -> tuple[int, int] | None:
-    """Fold ``records`` (one partition, offset order) into ``writer`` and commit; returns
-    (applied, offset). A record error is raised."""
-    folded = fold_and_send(projection, writer, records)
+    """Fold ``records`` (one partition, offset order) into ``writer``, wait for the changelog's
+    acknowledgements and commit; returns (applied, offset). A record error is raised."""
+    folded = fold_and_send(projection, writer, records, changelog)
     if folded is None:
         return None
-    await_acknowledgements([folded])
+    await_changelog([folded])
     return commit_folded(folded)
 
 
@@ -67,11 +76,12 @@ def fold_and_send(
     projection: Projection,
     writer: PartitionWriter,
     records: Records,
+    changelog: ChangelogTarget | None,
     poison: PoisonPolicy | None = None,
     stage: Stage | None = None,
 ) -> Folded | None:
-    """Fold the records of ``records`` not applied yet into ``writer`` (uncommitted), sending
-    their dead letters and forwarded records; None when all were applied already.
+    """Fold the records of ``records`` not applied yet into ``writer`` (uncommitted) and queue
+    every changed key's new value for the changelog; None when all were applied already.
 
     A record that cannot be folded is tried again, then handled by ``poison`` (raised when it
     is None); with the ``stop`` policy the fold ends before it (:attr:`Folded.stop`). A
@@ -81,11 +91,13 @@ def fold_and_send(
     fresh = not_applied(records, applied_offset)
     if not fresh:
         return None
-    folded = Folded(writer)
+    folded = Folded(writer, changelog)
     if isinstance(projection, OrderedStore):
-        fold_ordered(projection, writer, fresh, folded, poison)
+        changed = fold_ordered(projection, writer, fresh, folded, poison)
     else:
-        _fold_points(projection, writer, fresh, folded, poison, stage)
+        changed = _fold_points(projection, writer, fresh, folded, poison, stage)
+    if changelog is not None and changed:
+        send_changes(folded, changelog, changed, applied_offset)
     return folded
 
 
@@ -96,7 +108,8 @@ def _fold_points(
     folded: Folded,
     poison: PoisonPolicy | None,
     stage: Stage | None = None,
-) -> None:
+) -> dict[bytes, bytes | None]:
+    changed: dict[bytes, bytes | None] = {}
     apply, get = projection.apply, writer.get
     if stage is not None:
         stage.load(get)
@@ -131,12 +144,14 @@ def _fold_points(
             writer.delete(key)
         else:
             writer.put(key, new_value)
+        changed[key] = new_value
         if stage is not None:
             stage.folded(folded, record)
         applied, last_offset = applied + 1, offset
     if stage is not None and last_offset is not None:
-        stage.finish(writer)
+        changed.update(stage.finish(writer))
     folded.applied, folded.last_offset = applied, last_offset
+    return changed
 
 
 def _no_key() -> bytes | None:
@@ -172,10 +187,12 @@ def retry_or_handle(
 
 
 def commit_folded(folded: Folded) -> tuple[int, int] | None:
-    """Commit ``folded`` (its changes to the changelog, then values, source offset and
-    changelog position in one write); returns (applied, offset), or None when nothing was to
-    commit (stopped at its first record)."""
+    """Commit ``folded`` (values, source offset, changelog position in one write); returns
+    (applied, offset), or None when nothing was to commit (stopped at its first record)."""
     if folded.last_offset is None:
         return None
-    folded.writer.commit(folded.last_offset)
+    changelog_offset = None
+    if folded.changelog is not None:
+        changelog_offset = changelog_position(folded.writer.changelog_offset(), folded.landed)
+    folded.writer.commit(folded.last_offset, changelog_offset=changelog_offset)
     return folded.applied, folded.last_offset

@@ -1,8 +1,8 @@
 """A Spark task's fold: the records of its Kafka partitions, read once, folded into each store
 of its query (:mod:`~foldstream.projections.query_groups`) by
-:func:`~foldstream.projections.fold.fold_and_send`, each store's dead-letter and forwarded
-records acknowledged in one wait, then each store's chunk committed (to its changelog, then
-with its source offset: module docstring of :mod:`~foldstream.projections.fold`)."""
+:func:`~foldstream.projections.fold.fold_and_send`, each store's changelog and dead-letter
+records acknowledged in one wait, then each store's chunk committed with its source offset
+(module docstring of :mod:`~foldstream.projections.fold`)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from foldstream.projections.chunks import FOLD_CHUNK_RECORDS, Records, partition_chunks
-from foldstream.projections.fold import fold_and_send
+from foldstream.projections.fold import commit_folded, fold_and_send
 from foldstream.projections.poison import PoisonPolicy
 from foldstream.projections.projection import Projection
 from foldstream.projections.query_groups import store_entries
 from foldstream.projections.staged import Staging
-from foldstream.projections.task_output import Folded, await_acknowledgements, task_producer
+from foldstream.projections.task_output import (
+    ChangelogTarget,
+    Folded,
+    await_changelog,
+    task_producer,
+)
 from foldstream.projections.task_steps import TaskSteps
 from foldstream.projections.worker import after_task, gc_paused
 from foldstream.state.host import PartitionClosed
-from foldstream.state.host_client import RemotePartition, call_host, commit_all
+from foldstream.state.host_client import RemotePartition, call_host
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +60,7 @@ def fold_task(
 
 class _FoldTask:
     """The state of one :func:`fold_task`: its stores' folds, sharing the records, the producer
-    and one wait for the dead-letter and forwarded records' acknowledgements."""
+    and one wait for the changelog's acknowledgements."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         from foldstream.service import load_service
@@ -63,10 +68,9 @@ class _FoldTask:
         service = load_service(options["service"])
         host = options["store_host"], bytes.fromhex(options["store_token"])
         entries = store_entries(options)
-        # The dead letters' and forwarded records' (the changelog's writer is the store host's).
         self.producer = (
             task_producer(options["bootstrap"])
-            if any(e.get("dead_letter_topic") or e.get("forwards") for e in entries)
+            if any(e.get("changelog_topic") or e.get("dead_letter_topic") for e in entries)
             else None
         )
         self.steps = TaskSteps()
@@ -99,18 +103,12 @@ class _FoldTask:
             store.fold(partition, records)
 
     def settle(self) -> None:
-        """Wait for the pending partitions' dead-letter and forwarded records of every store,
-        then commit them all in one request: the store host writes them side by side, each
-        partition's changes to its changelog, then to its state."""
-        pending = [(s, p, f) for s in self.stores for p, f in s.pending.items()]
-        with self.steps.step("acks"):
-            await_acknowledgements([folded for _, _, folded in pending])
-        writes = [(s, p, f) for s, p, f in pending if f.last_offset is not None]
-        with self.steps.step("commit"):
-            closed = commit_all([(_remote(f), f.last_offset or 0) for _, _, f in writes])
-        outcome = {(id(s), p): c for (s, p, _), c in zip(writes, closed, strict=True)}
+        """Wait for the pending partitions' changelog and dead-letter records of every store,
+        then commit each."""
+        with self.steps.step("changelog"):
+            await_changelog([f for store in self.stores for f in store.pending.values()])
         for store in self.stores:
-            store.committed({p: outcome.get((id(store), p)) for p in store.pending})
+            store.commit()
 
     def applied(self) -> dict[int, tuple[int, int]]:
         applied: dict[int, tuple[int, int]] = {}
@@ -129,12 +127,6 @@ class _FoldTask:
             store.report(self.handled)
 
 
-def _remote(folded: Folded) -> RemotePartition:
-    """The store host's partition ``folded`` was folded into (a task folds into no other)."""
-    assert isinstance(folded.writer, RemotePartition), folded.writer
-    return folded.writer
-
-
 class _StoreFold:
     """One store's part of a :class:`_FoldTask`."""
 
@@ -151,6 +143,7 @@ class _StoreFold:
         self.store = projection.store
         self.host, self.authkey = host
         self.source_topic = options.get("topic", "")
+        self.changelog_topic = options.get("changelog_topic")
         self.dead_letter_topic = options.get("dead_letter_topic")
         self.producer = producer
         self.staging = Staging.of(options, projection, projections, producer)
@@ -162,9 +155,9 @@ class _StoreFold:
         # was planned: left to their new owner, which resumes from the offset stored with the
         # state (or to a restart of this instance).
         self.moved: set[int] = set()
-        # Partitions folded, whose dead-letter and forwarded records are on their way: one
-        # wait for all of their acknowledgements instead of a round trip per partition (a
-        # micro-batch's latency).
+        # Partitions folded, whose changelog records are on their way: one wait for all of
+        # their acknowledgements instead of a round trip per partition (a micro-batch's
+        # latency).
         self.pending: dict[int, Folded] = {}
 
     def fold(self, partition: int, records: Records) -> None:
@@ -177,6 +170,15 @@ class _StoreFold:
                 read_keys = self.projection.read_keys if stage is None else stage.keys
                 keys = read_keys(records)
                 writer = RemotePartition(self.host, self.authkey, self.store, partition, keys)
+            changelog = None
+            if self.producer is not None and self.changelog_topic:
+                changelog = ChangelogTarget(
+                    self.producer,
+                    self.changelog_topic,
+                    partition,
+                    writer.epoch,
+                    writer.source_id,
+                )
             poison = PoisonPolicy(
                 self.store,
                 self.projection.on_error,
@@ -187,9 +189,9 @@ class _StoreFold:
             )
             with self.steps.step("fold"):
                 if stage is None:
-                    folded = fold_and_send(self.projection, writer, records, poison)
+                    folded = fold_and_send(self.projection, writer, records, changelog, poison)
                 else:
-                    folded = stage.fold(writer, records, poison)
+                    folded = stage.fold(writer, records, changelog, poison)
         except PartitionClosed:
             self.moved.add(partition)
             return
@@ -198,20 +200,22 @@ class _StoreFold:
             if folded.stop is not None:
                 self.moved.add(partition)  # its later chunks stay unfolded
 
-    def committed(self, closed: Mapping[int, PartitionClosed | None]) -> None:
-        """Count what the pending partitions committed (``closed``: the partitions the host
-        refused, moved away meanwhile); report where a partition stopped once what came before
-        it is committed."""
+    def commit(self) -> None:
+        """Commit each pending partition (its changelog and dead-letter records acknowledged);
+        report where a partition stopped once what came before it is committed."""
         for partition, folded in self.pending.items():
-            if closed[partition] is not None:
+            try:
+                with self.steps.step("commit"):
+                    done = commit_folded(folded)
+            except PartitionClosed:
                 self.moved.add(partition)
                 continue
             self.outcomes.update(folded.outcomes)
             self.late += folded.late
-            if folded.last_offset is not None:
-                offset = folded.last_offset
+            if done is not None:
+                count, offset = done
                 before = self.applied.get(partition, (0, offset))[0]
-                self.applied[partition] = (before + folded.applied, offset)
+                self.applied[partition] = (before + count, offset)
             if folded.stop is not None:
                 with contextlib.suppress(PartitionClosed):  # moved meanwhile: nothing to stop
                     stop = ("stop", self.store, partition, *folded.stop)

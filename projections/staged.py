@@ -22,7 +22,11 @@ from foldstream.projections.graph import Forwarder
 from foldstream.projections.joins import Join
 from foldstream.projections.poison import Apply, PoisonPolicy
 from foldstream.projections.projection import Projection
-from foldstream.projections.task_output import Folded
+from foldstream.projections.task_output import (
+    ChangelogTarget,
+    Folded,
+    send_changes,
+)
 from foldstream.state import PartitionWriter
 
 log = logging.getLogger(__name__)
@@ -62,14 +66,18 @@ class Stage:
         return keys
 
     def fold(
-        self, writer: PartitionWriter, records: Records, poison: PoisonPolicy | None
+        self,
+        writer: PartitionWriter,
+        records: Records,
+        changelog: ChangelogTarget | None,
+        poison: PoisonPolicy | None,
     ) -> Folded | None:
-        """Fold the chunk (uncommitted), its forwarded records queued."""
+        """Fold the chunk (uncommitted), its forwarded records queued with its changelog's."""
         from foldstream.projections.fold import fold_and_send
 
         if isinstance(self.projection, Forwarder):
-            return forward_and_send(self, writer, records, poison)
-        return fold_and_send(self.projection, writer, records, poison, stage=self)
+            return forward_and_send(self, writer, records, changelog, poison)
+        return fold_and_send(self.projection, writer, records, changelog, poison, stage=self)
 
     # -- the hooks of fold_and_send ----------------------------------------------------------
 
@@ -132,7 +140,7 @@ class Stage:
         self._pending = []
 
     def finish(self, writer: PartitionWriter) -> dict[bytes, bytes | None]:
-        """Write the moved marks and cursors; returns them."""
+        """Write the moved marks and cursors; returns them (for the changelog)."""
         written: dict[bytes, bytes | None] = {}
         if self.marks is not None:
             written.update(self.marks.written())
@@ -172,7 +180,11 @@ def _report_skipped(store: str, marks: Marks) -> None:
 
 
 def forward_and_send(
-    stage: Stage, writer: PartitionWriter, records: Records, poison: PoisonPolicy | None
+    stage: Stage,
+    writer: PartitionWriter,
+    records: Records,
+    changelog: ChangelogTarget | None,
+    poison: PoisonPolicy | None,
 ) -> Folded | None:
     """A hidden forwarder's chunk: forward the events of ``records`` not forwarded yet, and
     write its progress (the source offset reached, in a reserved key, so that its changelog
@@ -188,7 +200,7 @@ def forward_and_send(
     if not fresh:
         return None
     emitter.load(writer.get)
-    folded = Folded(writer)
+    folded = Folded(writer, changelog)
 
     def compute(current: bytes | None, record: EventRecord) -> bytes | None:
         stage._pending = emitter.events(record, stage.offset)
@@ -220,6 +232,8 @@ def forward_and_send(
         changed.update(emitter.written())
         for key, value in changed.items():
             writer.put(key, value)  # type: ignore[arg-type]  # never None here
+        if changelog is not None:
+            send_changes(folded, changelog, changed, applied_offset)
     return folded
 
 

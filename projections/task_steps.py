@@ -2,10 +2,9 @@
 
 A micro-batch's task fetches its records from Kafka (nothing to fetch when the micro-batch was
 planned with them), decodes them, reads the values it folds from the store host, folds, waits
-for its dead-letter and forwarded records' acknowledgements (``acks``) and commits (the store
-host writes the changes to the changelog, in a transaction, then to the state). Spark reports
-only the whole (``addBatch``, which includes starting the task and its Python worker); the task
-measures its steps and reports them to the store host, which hands them to the instance's
+for the changelog's acknowledgements and commits. Spark reports only the whole (``addBatch``,
+which includes starting the task and its Python worker); the task measures its steps and
+reports them to the store host, which hands them to the instance's
 ``foldstream_projection_task_seconds{store,step}``.
 """
 
@@ -17,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 #: The steps a task reports, in the order a task goes through them.
-STEPS = ("input", "decode", "read", "fold", "acks", "commit")
+STEPS = ("input", "decode", "read", "fold", "changelog", "commit")
 
 T = TypeVar("T")
 

@@ -13,7 +13,6 @@ import pytest
 from confluent_kafka import Producer
 
 from foldstream.broker import KafkaCluster
-from foldstream.changelog import ChangelogWriter
 from foldstream.commands import CommandHandler, VersionConflict
 from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.domain.snapshots import SnapshotCodec, UndecodableSnapshot, UnstorableAggregate
@@ -39,13 +38,13 @@ class Stores:
         self.host = StoreHost(state_dir=state_dir)
         self.host.start()
         for partition in range(PARTITIONS):
-            writer = ChangelogWriter.fenced(
-                bootstrap=broker.bootstrap, topic=changelog, partition=partition
-            )
-            self.host.open(AGGREGATE_STORE, partition, identity="test", epoch=1, changelog=writer)
-        self.snapshots = SnapshotStore(self.host)
+            self.host.open(AGGREGATE_STORE, partition, identity="test", epoch=1)
+        self.snapshots = SnapshotStore(
+            self.host, bootstrap=broker.bootstrap, changelog_topic=changelog
+        )
 
     def close(self) -> None:
+        self.snapshots.close()
         self.host.stop()
 
 

@@ -85,7 +85,7 @@ def fold_chunks(path: Path, chunks: list[list[EventRecord]], join: Any = None) -
             offset += len(chunk)
             stage = staging.stage(0)
             stage.keys(records)
-            folded = stage.fold(writer, records, None)
+            folded = stage.fold(writer, records, None, None)
             assert folded is not None and folded.last_offset is not None
             writer.commit(folded.last_offset)
         return {

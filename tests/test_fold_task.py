@@ -1,7 +1,6 @@
 """A projection task on real parts, without Spark: fetches of inventory events folded through a
-store host into RocksDB, changed values written by the host's changelog writer to a changelog
-topic on the broker; and the source's reader doing the same for the records it fetches or was
-planned with."""
+store host into RocksDB, changed values sent to a changelog topic on the broker; and the
+source's reader doing the same for the records it fetches or was planned with."""
 
 from __future__ import annotations
 
@@ -14,14 +13,14 @@ import pytest
 from confluent_kafka import Producer
 
 from foldstream.broker import KafkaCluster
-from foldstream.changelog import SOURCE_ID_HEADER, SOURCE_OFFSET_HEADER, ChangelogWriter
+from foldstream.changelog import SOURCE_ID_HEADER, SOURCE_OFFSET_HEADER
 from foldstream.domain import EventCodec
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics, producer_config
 from foldstream.offsets import TailRecord
 from foldstream.projections import fold_task
 from foldstream.projections.chunks import Records
-from foldstream.projections.query_groups import stores_option
+from foldstream.projections.query_groups import store_entries, stores_option
 from foldstream.projections.source import (
     FoldStreamReader,
     KafkaRange,
@@ -45,35 +44,14 @@ def reports() -> list[tuple[str, dict[str, float], int]]:
 
 
 @pytest.fixture
-def changelog(broker: KafkaCluster) -> str:
-    """A changelog topic of ``stock`` of its own."""
-    topic = f"fold-{uuid.uuid4().hex[:8]}.changelog"
-    ensure_topics(broker.bootstrap, [TopicSpec(topic, PARTITIONS, compact=True)])
-    return topic
-
-
-def hold(host: StoreHost, broker: KafkaCluster, store: str, partition: int, changelog: str) -> None:
-    """Hold ``store``'s ``partition`` writing to ``changelog``, as a takeover does."""
-    writer = ChangelogWriter.fenced(
-        bootstrap=broker.bootstrap, topic=changelog, partition=partition
-    )
-    host.open(store, partition, identity=f"t/{partition}", epoch=1, changelog=writer)
-
-
-@pytest.fixture
-def host(
-    tmp_path: Path,
-    reports: list[tuple[str, dict[str, float], int]],
-    broker: KafkaCluster,
-    changelog: str,
-) -> Iterator[StoreHost]:
+def host(tmp_path: Path, reports: list[tuple[str, dict[str, float], int]]) -> Iterator[StoreHost]:
     host = StoreHost(
         state_dir=tmp_path,
         on_task=lambda store, steps, records: reports.append((store, steps, records)),
     )
     host.start()
     for partition in range(PARTITIONS):
-        hold(host, broker, "stock", partition, changelog)
+        host.open("stock", partition, identity=f"t/{partition}", epoch=1)
     yield host
     host.stop()
 
@@ -92,9 +70,12 @@ def events(partition: int, offsets: range) -> Fetch:
 
 
 def fold_options(broker: KafkaCluster, host: StoreHost) -> dict[str, str]:
-    """The options of a task folding into ``host``'s ``stock``."""
+    """The options of a task folding into ``host``'s ``stock``, with a changelog topic of its
+    own."""
+    changelog = f"fold-{uuid.uuid4().hex[:8]}.changelog"
+    ensure_topics(broker.bootstrap, [TopicSpec(changelog, PARTITIONS, compact=True)])
     return {
-        "stores": stores_option([{"store": "stock"}]),
+        "stores": stores_option([{"store": "stock", "changelog_topic": changelog}]),
         "service": "foldstream.examples.inventory:service",
         "store_host": host.address,
         "store_token": host.authkey.hex(),
@@ -102,7 +83,7 @@ def fold_options(broker: KafkaCluster, host: StoreHost) -> dict[str, str]:
     }
 
 
-def run_task(broker: KafkaCluster, host: StoreHost, fetches: list[Fetch]) -> None:
+def run_task(broker: KafkaCluster, host: StoreHost, fetches: list[Fetch]) -> str:
     options = fold_options(broker, host)
     assert fold_task.fold_task(options, iter(fetches), dict) == {
         p: (
@@ -111,6 +92,7 @@ def run_task(broker: KafkaCluster, host: StoreHost, fetches: list[Fetch]) -> Non
         )
         for p in sorted({p for f in fetches for p in f})
     }
+    return str(store_entries(options)[0]["changelog_topic"])
 
 
 def on_hand(host: StoreHost, partition: int) -> int:
@@ -122,10 +104,10 @@ def on_hand(host: StoreHost, partition: int) -> int:
 
 
 def test_a_task_of_several_partitions_commits_each_after_its_changelog_records_landed(
-    broker: KafkaCluster, host: StoreHost, changelog: str
+    broker: KafkaCluster, host: StoreHost
 ) -> None:
     fetches = [events(p, range(10 * p, 10 * p + 4 + p)) for p in range(PARTITIONS)]
-    run_task(broker, host, fetches)
+    changelog = run_task(broker, host, fetches)
     landed = {p: (offset, headers) for p, offset, _, _, headers in read_topic(
         broker.bootstrap, changelog, PARTITIONS
     )}  # fmt: skip
@@ -152,7 +134,7 @@ def test_a_partitions_next_chunk_folds_on_what_its_previous_chunk_committed(
 
 
 def test_changelog_records_say_which_source_topic_they_were_folded_from(
-    broker: KafkaCluster, host: StoreHost, tmp_path: Path, changelog: str
+    broker: KafkaCluster, host: StoreHost, tmp_path: Path
 ) -> None:
     # Partition 0's state is stamped as built from a source topic of id "src-id"; partition 1
     # has no id (an earlier foldstream, a broker without ids): its records carry none.
@@ -160,8 +142,8 @@ def test_changelog_records_say_which_source_topic_they_were_folded_from(
     stamped = RocksDBWriter(partition_path(tmp_path, "stock", 0), identity="t/0")
     stamped.stamp_topic_ids("src-id", None)
     stamped.close()
-    hold(host, broker, "stock", 0, changelog)
-    run_task(broker, host, [events(p, range(0, 3)) for p in (0, 1)])
+    host.open("stock", 0, identity="t/0", epoch=1)
+    changelog = run_task(broker, host, [events(p, range(0, 3)) for p in (0, 1)])
     marks = {
         p: dict(headers).get(SOURCE_ID_HEADER)
         for p, _, _, _, headers in read_topic(broker.bootstrap, changelog, PARTITIONS)
@@ -192,19 +174,25 @@ def test_a_task_of_a_shared_query_folds_each_store_from_its_own_offset(
     )
     host.start()
     try:
-        changelogs = [f"shared-{uuid.uuid4().hex[:8]}.{s}.changelog" for s in ("a", "b")]
-        ensure_topics(
-            broker.bootstrap, [TopicSpec(t, PARTITIONS, compact=True) for t in changelogs]
-        )
-        for store, changelog in zip(("stock", "sales_10m"), changelogs, strict=True):
-            hold(host, broker, store, 0, changelog)
+        for store in ("stock", "sales_10m"):
+            host.open(store, 0, identity="t/0", epoch=1)
         # stock alone folds the first 4 events (a store that was ahead, e.g. restored).
         fetch = events(0, range(0, 8))
         run_task(broker, host, [{0: fetch[0][:4]}])
         assert on_hand(host, 0) == 3
         reports.clear()
+
+        changelogs = [f"shared-{uuid.uuid4().hex[:8]}.{s}.changelog" for s in ("a", "b")]
+        ensure_topics(
+            broker.bootstrap, [TopicSpec(t, PARTITIONS, compact=True) for t in changelogs]
+        )
         options = fold_options(broker, host) | {
-            "stores": stores_option([{"store": "stock"}, {"store": "sales_10m"}])
+            "stores": stores_option(
+                [
+                    {"store": "stock", "changelog_topic": changelogs[0]},
+                    {"store": "sales_10m", "changelog_topic": changelogs[1]},
+                ]
+            )
         }
         # Both stores in one task: stock skips what it applied, sales_10m folds every event.
         assert fold_task.fold_task(options, iter([fetch]), dict) == {0: (8, 7)}
@@ -216,9 +204,8 @@ def test_a_task_of_a_shared_query_folds_each_store_from_its_own_offset(
             ("stock", 8),
             ("sales_10m", 8),
         ]
-        # Each store's changes went to its own changelog: stock's one key twice (the first
-        # task's, this one's).
-        assert len(read_topic(broker.bootstrap, changelogs[0], PARTITIONS)) == 2
+        # Each store's changes went to its own changelog: stock's one key once.
+        assert len(read_topic(broker.bootstrap, changelogs[0], PARTITIONS)) == 1
     finally:
         host.stop()
 

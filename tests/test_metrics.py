@@ -50,16 +50,19 @@ def test_task_steps_are_averaged_per_task() -> None:
     metrics = InstanceMetrics(command_counts=lambda: None)
     before = samples(metrics.exposition().decode())
     steps = dict.fromkeys(STEPS, 0.0)
-    metrics.observe_task("stock", {**steps, "input": 0.040, "acks": 0.010}, 1)
+    metrics.observe_task("stock", {**steps, "input": 0.040, "changelog": 0.010}, 1)
     metrics.observe_task("stock", {**steps, "input": 0.060, "fold": 0.004}, 1)
     metrics.observe_task("other", {**steps, "input": 9.0}, 1)
 
     since = activity(before, samples(metrics.exposition().decode()), "stock")
 
     assert since.tasks == 2
-    assert since.task_mean_ms == pytest.approx({**steps, "input": 50.0, "fold": 2.0, "acks": 5.0})
-    assert "2 tasks, mean ms per step (input 50.0, decode 0.0, read 0.0, fold 2.0, acks 5.0" in (
-        since.describe()
+    assert since.task_mean_ms == pytest.approx(
+        {**steps, "input": 50.0, "fold": 2.0, "changelog": 5.0}
+    )
+    assert (
+        "2 tasks, mean ms per step (input 50.0, decode 0.0, read 0.0, fold 2.0, changelog 5.0"
+        in (since.describe())
     )
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from foldstream.broker import KafkaCluster
-from foldstream.changelog import ChangelogWriter
 from foldstream.domain import EventRecord
 from foldstream.errors import BrokerUnavailable
 from foldstream.examples.inventory import service as inventory
@@ -79,11 +78,6 @@ def options(broker: KafkaCluster, host: StoreHost, store: str) -> dict[str, str]
             TopicSpec(f"{prefix}.dlq", PARTITIONS),
         ],
     )
-    for partition in range(PARTITIONS):  # the held partitions write to that changelog now
-        writer = ChangelogWriter.fenced(
-            bootstrap=broker.bootstrap, topic=f"{prefix}.changelog", partition=partition
-        )
-        host.open(store, partition, identity=f"t/{store}/{partition}", epoch=1, changelog=writer)
     service = "foldstream.examples.inventory" if store == "stock" else "foldstream.testing.flaky"
     return {
         "stores": stores_option(

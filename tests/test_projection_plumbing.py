@@ -15,6 +15,7 @@ from foldstream.projections.chunks import Records, partition_chunks, records_of_
 from foldstream.projections.query_failures import error_summary as _error_summary
 from foldstream.projections.query_failures import restart_delay
 from foldstream.projections.source import KafkaRange, plan_tasks
+from foldstream.projections.task_output import changelog_position
 
 
 def test_small_batches_are_one_task_and_large_ones_are_balanced() -> None:
@@ -109,6 +110,22 @@ def test_spark_planning_workers_do_not_load_pyarrow() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("stored", "landed", "position"),
+    [
+        (None, [0, 1, 2], 2),
+        (2, [4, 3], 4),
+        (2, [4, 5], 2),  # another writer's record at 3: a copy resuming from here must read it
+        (2, [3, 5], 2),  # ... or among this batch's
+        (None, [1], None),
+    ],
+)
+def test_thechangelog_position_never_passes_another_writers_records(
+    stored: int | None, landed: list[int], position: int | None
+) -> None:
+    assert changelog_position(stored, landed) == position
 
 
 def test_a_failed_query_is_restarted_after_waits_that_double_up_to_a_cap() -> None:

@@ -59,7 +59,7 @@ def fold(state_dir: Path, projection: Any, records: list[EventRecord]) -> None:
             identity=f"t/{partition}",
             table_format=ORDERED_FORMAT,
         )
-        fold_partition(projection, writer, by_partition.get(partition, []))
+        fold_partition(projection, writer, by_partition.get(partition, []), None)
         writer.close()
 
 

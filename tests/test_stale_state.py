@@ -71,31 +71,6 @@ def test_a_changelog_created_again_is_whole_for_what_it_holds() -> None:
         assert verdict is not None and verdict[1], observed
 
 
-@pytest.mark.parametrize(
-    ("changelog_time", "retention", "records_after", "rebuilt"),
-    [
-        (1_000, 10_000, True, True),  # read 9 s ago, tombstones kept 10 s: some may be gone
-        (1_000, 10_000, False, False),  # ... but nothing was written since: nothing missed
-        (8_000, 10_000, True, False),  # read 2 s ago: every tombstone since is still there
-        (None, 10_000, True, False),  # not recorded (an earlier foldstream): no evidence
-        (1_000, None, True, False),  # the changelog's setting unknown: no evidence
-    ],
-)
-def test_a_copy_older_than_the_tombstones_since_its_position_is_rebuilt_from_the_changelog(
-    changelog_time: int | None, retention: int | None, records_after: bool, rebuilt: bool
-) -> None:
-    observed = Observed(
-        "A", "B", changelog_retention_ms=retention, now_ms=10_000,
-        records_after_position=records_after,
-    )  # fmt: skip
-    verdict = _judge(Recorded(5, 9, "A", "B", changelog_time), observed)
-    assert (verdict is not None) == rebuilt
-    if verdict is not None:
-        reasons, whole = verdict
-        assert "keys deleted since may be gone from it" in reasons
-        assert whole
-
-
 # -- on a real broker -------------------------------------------------------------------------
 
 

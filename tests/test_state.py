@@ -159,7 +159,7 @@ def test_a_store_held_unmapped_reads_its_files_without_mapping_them(tmp_path: Pa
             held = host.partition(store, 0)
             assert held is not None
             state, _ = held.read([])
-            held.write(state.token, state.applied_offset, dict.fromkeys(KEYS, VALUE), 0)
+            held.write(state.token, state.applied_offset, dict.fromkeys(KEYS, VALUE), 0, None)
             assert held.flush_if_idle(0, 1)
             assert held.get_many(KEYS) == [VALUE] * len(KEYS)
         assert mapped_stores(tmp_path) == {"values"}

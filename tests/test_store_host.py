@@ -92,8 +92,8 @@ def test_a_task_reads_folds_and_commits_through_the_host(host: StoreHost) -> Non
     assert (second.applied_offset(), second.get(b"a")) == (7, b"1")
     assert second.get(b"b") == b"2"  # a key not read up front is fetched on demand
     second.delete(b"a")
-    second.commit(9)
-    assert (held.get(b"a"), held.applied_offset()) == (None, 9)
+    second.commit(9, changelog_offset=3)
+    assert (held.get(b"a"), held.applied_offset(), held.changelog_offset()) == (None, 9, 3)
 
 
 def test_a_partition_not_held_is_refused_and_nothing_is_written(host: StoreHost) -> None:
@@ -180,7 +180,7 @@ def test_a_hold_writes_above_every_epoch_its_copy_has_seen(host: StoreHost) -> N
     task = remote(host, [b"a"])
     assert task.epoch == 1
     task.put(b"a", b"1")
-    task.commit(0)
+    task.commit(0, changelog_offset=0)
     held = host.partition("kv", 0)
     assert held is not None
     host.close([("kv", 0)])  # e.g. moved away: the copy keeps the epoch of its last write

@@ -29,7 +29,7 @@ from foldstream.projections.forwarded import RESERVED, parse_forwarded
 from foldstream.projections.graph import forwards_option
 from foldstream.projections.joins import InputFailed, repartition_topic
 from foldstream.projections.staged import Staging
-from foldstream.projections.task_output import await_acknowledgements
+from foldstream.projections.task_output import await_changelog
 from foldstream.service import Service, load_service
 from foldstream.state import RocksDBWriter
 from foldstream.testing.kafka import read_topic
@@ -85,9 +85,9 @@ def stage_one(
     assert staging is not None
     writer = RocksDBWriter(path, identity=f"{events_topic}/0")
     try:
-        folded = staging.stage(0).fold(writer, records, None)
+        folded = staging.stage(0).fold(writer, records, None, None)
         assert folded is not None and folded.last_offset is not None
-        await_acknowledgements([folded])
+        await_changelog([folded])
         if commit:
             writer.commit(folded.last_offset)
     finally:
@@ -117,7 +117,7 @@ def stage_two(path: Path, partition: int, delivered: list[EventRecord], seed: in
         end = start + rng.randint(1, 6)
         writer = RocksDBWriter(path, identity=f"top5/{partition}")
         try:
-            folded = staging.stage(partition).fold(writer, records[start:end], None)
+            folded = staging.stage(partition).fold(writer, records[start:end], None, None)
             assert folded is not None and folded.last_offset is not None
             if not crashed and rng.random() < 0.3:
                 crashed = True  # nothing committed: the chunk comes again

@@ -65,7 +65,7 @@ class Partition:
             for each in records[first : first + chunk]:
                 numbered.append((self.offset, each))
                 self.offset += 1
-            folded = fold_partition(self.projection, self.writer, numbered)
+            folded = fold_partition(self.projection, self.writer, numbered, None)
             assert folded is not None
 
     def windows(self, key: str) -> dict[str, Any]:
@@ -237,7 +237,7 @@ def test_a_poison_record_in_a_chunk_meets_the_stores_policy_and_only_it(
         (2, record("a", T0 + MINUTE)),
     ]
     policy = PoisonPolicy("w", on_error, "sales", 0)  # type: ignore[arg-type]
-    folded = fold_and_send(projection, writer, chunk, policy)
+    folded = fold_and_send(projection, writer, chunk, None, policy)
     assert folded is not None
     assert commit_folded(folded) is not None
     window = json.loads(writer.get(window_key(b"a", T0)) or b"null")

@@ -15,17 +15,9 @@ And the id of the source topic it was folded from (:data:`SOURCE_ID_HEADER`): co
 apply the values of an earlier topic of the same name. A copy is checked against its topics
 before it is used (:mod:`foldstream.stale_state`).
 
-The epochs are the copies' own check; the broker's is the changelog's writer
-(:mod:`.writer`): one transactional producer per store partition, which the partition's next
-owner fences before it restores its copy. A previous owner's late writes are then refused by
-the broker, and a transaction of theirs left open is aborted: copies read ``read_committed``,
-and the log cleaner drops aborted records, so compaction never keeps a late record in place of
-the current owner's.
-
 The parts: the headers (:mod:`.records`), where a store's state comes from
 (:mod:`.layout`), applying records to a copy (:mod:`.follower`), restoring a copy to the
-changelog's end (:mod:`.restore`), the warm standby copies (:mod:`.standby`) and the writer
-(:mod:`.writer`).
+changelog's end (:mod:`.restore`) and the warm standby copies (:mod:`.standby`).
 """
 
 from __future__ import annotations
@@ -43,7 +35,6 @@ from foldstream.changelog.records import (
 )
 from foldstream.changelog.restore import open_copy, restore
 from foldstream.changelog.standby import StandbyReplicas
-from foldstream.changelog.writer import ChangelogWriter
 
 __all__ = [
     "BATCH_END_HEADER",
@@ -53,7 +44,6 @@ __all__ = [
     "SOURCE_ID_HEADER",
     "SOURCE_OFFSET_HEADER",
     "ChangelogFollower",
-    "ChangelogWriter",
     "StandbyReplicas",
     "StoreCatalog",
     "StoreLayout",

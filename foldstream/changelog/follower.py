@@ -7,8 +7,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
 from foldstream.changelog.records import (
     BATCH_END_HEADER,
     EPOCH_HEADER,
@@ -51,7 +49,6 @@ class ChangelogFollower:
         # The batch the copy's position is inside of: its records before it were not applied.
         self._unfinished = writer.unfinished_batch()
         self._read: int | None = None  # the last changelog offset read
-        self._read_time: int | None = None  # and its record's timestamp (ms)
         self.fenced = 0  # records ignored as a previous owner's
         self.malformed = 0  # records ignored because their headers are not a projection's
         source_id = writer.topic_ids()[0]
@@ -65,7 +62,7 @@ class ChangelogFollower:
         for message in messages:
             if done is not None and message.offset() <= done:
                 continue
-            self._read, self._read_time = message.offset(), _timestamp(message)
+            self._read = message.offset()
             headers = dict(message.headers() or ())
             if self._foreign(headers.get(SOURCE_ID_HEADER)):
                 self.foreign += 1
@@ -124,7 +121,7 @@ class ChangelogFollower:
         done = self.writer.changelog_offset()
         if self._read is not None and (done is None or self._read > done):
             unfinished = _batch_id(self._epoch, self._batch) if self._open else None
-            self.writer.note_changelog(self._read, self._epoch, unfinished, self._read_time)
+            self.writer.note_changelog(self._read, self._epoch, unfinished)
         self._pending.clear()
         self._collecting = False
 
@@ -138,13 +135,7 @@ class ChangelogFollower:
                 else:
                     self.writer.put(record.key(), record.value())
             reached, applied = source_offset, len(self._pending)
-        self.writer.commit(
-            reached,
-            changelog_offset=changelog_offset,
-            changelog_epoch=self._epoch,
-            # Records after it were appended after it (by this writer or a later one).
-            changelog_time=_timestamp(self._pending[-1]),
-        )
+        self.writer.commit(reached, changelog_offset=changelog_offset, changelog_epoch=self._epoch)
         self._pending.clear()
         return applied
 
@@ -161,12 +152,6 @@ def _valid_headers(headers: Mapping[str, bytes | None]) -> int | None:
     if any(n is not None and not _DECIMAL.fullmatch(n) for n in numbers):
         return None
     return int(numbers[0] or 0)
-
-
-def _timestamp(message: Any) -> int | None:
-    """The record's timestamp in milliseconds since the epoch, if it has one."""
-    kind, ms = message.timestamp()
-    return None if kind == TIMESTAMP_NOT_AVAILABLE else int(ms)
 
 
 def _batch_id(epoch: int, batch: bytes | None) -> bytes:

@@ -1,5 +1,5 @@
 """The names of the headers foldstream writes on every changelog record (what each means:
-:mod:`foldstream.changelog`), for its writer (:mod:`foldstream.changelog.batches`) and its
+:mod:`foldstream.changelog`), for its writers (:mod:`foldstream.changelog_batches`) and its
 readers alike."""
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from foldstream.cluster.map import ClusterMap
 from foldstream.cluster.ownership import Ownership, TopicPartition, TopicPartitions, by_topic
 from foldstream.cluster.versions import VersionSwitch
 from foldstream.errors import FoldstreamError
-from foldstream.state.held import ChangelogSink
 from foldstream.state.local import LocalStores
 
 log = logging.getLogger(__name__)
@@ -71,10 +70,6 @@ class Copies(Protocol):
 Restore = Callable[[str, int], int]
 """``(store, partition) -> changelog records read`` bringing the local copy up to date."""
 
-Fence = Callable[[str, int], ChangelogSink]
-"""``(store, partition) -> the partition's changelog writer``, having fenced every earlier one
-(:meth:`~foldstream.changelog.ChangelogWriter.fenced`)."""
-
 
 class Handover:
     """Keeps this member's partitions in line with the newest assignment."""
@@ -90,7 +85,6 @@ class Handover:
         copies: Copies,
         copies_lock: threading.Lock,
         restore: Restore,
-        fence: Fence,
         projections: Projections,
         commands: CommandPartitions | None,
         events_topic: str,
@@ -104,7 +98,6 @@ class Handover:
         self._copies = copies
         self._copies_lock = copies_lock
         self._restore = restore
-        self._fence = fence
         self.projections = projections
         self.commands = commands
         self.events_topic = events_topic
@@ -236,15 +229,7 @@ class Handover:
         offsets); returns them. A takeover holds every store of the catalog already."""
         with self.lock:
             serving = set(self.ownership.serving)
-        # A hold whose changelog writer another instance fenced is taken again too, once the
-        # view is current: if this member still serves the partition then, the fence came from
-        # an instance that no longer does (a member that stood still fences nobody meanwhile).
-        current = self._map.view_is_current()
-        missing = [
-            key
-            for key in self.store_keys(serving)
-            if not self.local.holds(*key) or (current and self.local.fenced(*key))
-        ]
+        missing = [key for key in self.store_keys(serving) if not self.local.holds(*key)]
         if not missing:
             return []
         with self._copies_lock:
@@ -259,15 +244,19 @@ class Handover:
         return held
 
     def _hold_added(self, store: str, partition: int) -> bool:
-        if self.local.fenced(store, partition):
-            self.local.release([(store, partition)])  # its copy is restored and held again
-        taken = self._take(store, partition)
-        if taken is None:
-            return False
+        topic = self.stores[store].source_topic
+        self._restore(store, partition)
+        with self._sync_lock:  # not while a sync releases what is no longer served
+            with self.lock:
+                epoch = self.ownership.epoch
+                if (topic, partition) not in self.ownership.serving:
+                    return False
+            identity = self.stores[store].identity(partition)
+            held = self.local.hold(store, partition, identity=identity, epoch=epoch)
         with self.lock:
             # Records are written with the epoch the copy needs; the member publishes it.
-            self.ownership.epoch = max(self.ownership.epoch, taken[1])
-        log.info("holding %s/%d, added or fenced since it was taken over", store, partition)
+            self.ownership.epoch = max(self.ownership.epoch, held)
+        log.info("holding %s/%d, added since its partition was taken over", store, partition)
         return True
 
     # -- taking over -------------------------------------------------------------------------
@@ -306,31 +295,6 @@ class Handover:
             with self._copies_lock:
                 self._taking_over.difference_update(keys)
 
-    def _take(self, store: str, partition: int, epoch: int | None = None) -> tuple[int, int] | None:
-        """Fence the partition's earlier changelog writers, then restore its copy (which so
-        reads everything they committed) and hold it, writing through the new writer; returns
-        the records restored and the epoch of the hold. ``epoch`` None: the member's epoch
-        once restored, and only if the partition is still served here (else None)."""
-        source = (self.stores[store].source_topic, partition)
-        changelog = self._fence(store, partition)
-        try:
-            restored = self._restore(store, partition)
-            identity = self.stores[store].identity(partition)
-            with self._sync_lock:  # not while a sync releases what is no longer served
-                if epoch is None:
-                    with self.lock:
-                        if source not in self.ownership.serving:
-                            changelog.close()
-                            return None
-                        epoch = self.ownership.epoch
-                held = self.local.hold(
-                    store, partition, identity=identity, epoch=epoch, changelog=changelog
-                )
-        except BaseException:
-            changelog.close()
-            raise
-        return restored, held
-
     def _restore_and_hold(
         self, gained: TopicPartitions, keys: list[tuple[str, int]], started: float
     ) -> None:
@@ -345,14 +309,14 @@ class Handover:
             # here (given up a moment ago, a pause) would then be gone, never folded again.
             with self._sync_lock:
                 if self.local.holds(store, partition):
-                    if not self.local.fenced(store, partition):
-                        continue  # still held (taken again right after it was given up): current
-                    self.local.release([(store, partition)])  # fenced since: taken again
-            # The hold's epoch is above every epoch its changelog holds, and published before
-            # any write: the next owner's epoch is then above this one's, which fences our records.
-            taken = self._take(store, partition, epoch)
-            assert taken is not None  # with an epoch given
-            restored, epoch = restored + taken[0], max(epoch, taken[1])
+                    continue  # still held (taken again right after it was given up): current
+            restored += self._restore(store, partition)
+            identity = self.stores[store].identity(partition)
+            # Above every epoch its changelog holds, and published before any write: the next
+            # owner's epoch is then above this one's, which fences our records.
+            with self._sync_lock:
+                held = self.local.hold(store, partition, identity=identity, epoch=epoch)
+            epoch = max(epoch, held)
         with self.lock:
             if not self._map.view_is_current():
                 raise ViewNotCurrent(

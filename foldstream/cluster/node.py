@@ -20,13 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from foldstream.changelog import (
-    ChangelogWriter,
-    StandbyReplicas,
-    StoreCatalog,
-    StoreLayout,
-    restore,
-)
+from foldstream.changelog import StandbyReplicas, StoreCatalog, StoreLayout, restore
 from foldstream.cluster.handover import CommandPartitions, Handover, Projections
 from foldstream.cluster.heartbeat import Heartbeat
 from foldstream.cluster.lag import LagMeter, partition_lag
@@ -119,7 +113,6 @@ class ClusterNode:
             copies=replicas,
             copies_lock=copies_lock,
             restore=functools.partial(self._restore, stores),
-            fence=functools.partial(self._fence, stores),
             projections=projections,
             commands=commands,
             events_topic=settings.events_topic,
@@ -359,15 +352,6 @@ class ClusterNode:
         if superseded:
             log.warning("%s now served by a newer owner: dropping them", sorted(superseded))
             self.handover.give_up(superseded)
-
-    def _fence(
-        self, stores: Mapping[str, StoreLayout], store: str, partition: int
-    ) -> ChangelogWriter:
-        return ChangelogWriter.fenced(
-            bootstrap=self.settings.bootstrap_servers,
-            topic=stores[store].changelog_topic,
-            partition=partition,
-        )
 
     def _restore(self, stores: Mapping[str, StoreLayout], store: str, partition: int) -> int:
         return restore(

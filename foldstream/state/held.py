@@ -3,19 +3,17 @@ when the partition moves (see :mod:`foldstream.state.host`)."""
 
 from __future__ import annotations
 
-import logging
 import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, TypeVar
 
 from foldstream.errors import FoldstreamError
 from foldstream.state.base import Entries, PartitionReader
 from foldstream.state.rocksdb import RocksDBWriter
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 
 
 class PartitionClosed(FoldstreamError):
@@ -24,39 +22,6 @@ class PartitionClosed(FoldstreamError):
     A projection task that planned it before it moved skips it; the new owner resumes from the
     offset stored with the state. Remedy: none, it ends when the rebalance does.
     """
-
-
-class ChangelogFenced(PartitionClosed):
-    """Another instance took the partition over and fenced this one's changelog writer: its
-    last changes were not written anywhere, and the partition takes no more writes here.
-
-    Remedy: none after a pause or a rebalance (the new owner folds the same records). If it
-    happens without one, two instances claim the same partition: check that they reach the same
-    brokers, and that no instance stood still longer than the session timeout.
-    """
-
-
-class ChangelogSink(Protocol):
-    """Where a held partition's changes go before its state takes them: its changelog
-    partition, through a writer that the partition's next owner fences
-    (:class:`~foldstream.changelog.ChangelogWriter`)."""
-
-    def write(
-        self,
-        changes: Mapping[bytes, bytes | None],
-        *,
-        source_offset: int,
-        folded_from: int | None,
-        epoch: int,
-        source_id: str | None,
-        position: int | None,
-    ) -> int | None:
-        """Write ``changes`` (None: a tombstone) as one batch, acknowledged before it returns;
-        returns the changelog position to store with the state (``position``: the stored
-        one). :class:`ChangelogFenced` once another writer took the partition over."""
-        ...
-
-    def close(self) -> None: ...
 
 
 #: Keys per RocksDB multi-get when a task reads: lookups on the event loop wait for the GIL
@@ -81,26 +46,16 @@ class HeldPartition(PartitionReader):
     exclude other tasks', and a write is refused unless the partition is still the one held
     when the task read it (:attr:`token`) at the offset it read: a task that outlived its
     partition's move cannot overwrite newer state. :meth:`close` waits for reads and writes
-    under way. A write goes to ``changelog`` first, acknowledged, then to the state with the
-    changelog position; :attr:`epoch` and :attr:`source_id` stamp its records (see
-    :class:`~foldstream.changelog.ChangelogFollower`). Once another instance fenced the
-    changelog's writer (:attr:`fenced`), tasks' reads and writes are refused; lookups go on.
+    under way. :attr:`epoch` and :attr:`source_id` stamp the changelog records the tasks write
+    (see :class:`~foldstream.changelog.ChangelogFollower`).
     """
 
-    def __init__(
-        self,
-        writer: RocksDBWriter,
-        name: str,
-        epoch: int,
-        changelog: ChangelogSink | None = None,
-    ) -> None:
+    def __init__(self, writer: RocksDBWriter, name: str, epoch: int) -> None:
         self._writer: RocksDBWriter | None = writer
         self._written_at: float | None = None  # of the last write not yet flushed
         self._name = name
         self.epoch = epoch
         self.source_id = writer.topic_ids()[0]
-        self._changelog = changelog
-        self.fenced: str | None = None  # why the changelog takes no more writes from here
         self._users = 0
         self._state = threading.Condition()
         self._writing = threading.Lock()
@@ -155,7 +110,6 @@ class HeldPartition(PartitionReader):
             return self._hold_state(writer), values
 
         with self._writing:
-            self._check_not_fenced()
             return self._use(read_all)
 
     def read_range(self, start: bytes, end: bytes, limit: int) -> tuple[HoldState, Entries]:
@@ -165,7 +119,6 @@ class HeldPartition(PartitionReader):
             return self._hold_state(writer), writer.scan(start, end, limit)
 
         with self._writing:
-            self._check_not_fenced()
             return self._use(read_entries)
 
     def _hold_state(self, writer: RocksDBWriter) -> HoldState:
@@ -178,72 +131,20 @@ class HeldPartition(PartitionReader):
         read_offset: int | None,
         changes: Mapping[bytes, bytes | None],
         offset: int,
+        changelog_offset: int | None,
     ) -> None:
-        """Write what a task folded from the state it read as ``(token, read_offset)``: to
-        the changelog (acknowledged), then with ``offset`` and the changelog position to the
-        state, in one batch."""
+        """Write what a task folded from the state it read as ``(token, read_offset)``."""
 
         def write_if_unchanged(writer: RocksDBWriter) -> None:
             if token != self.token or writer.applied_offset() != read_offset:
                 raise PartitionClosed(f"{self._name} was written or moved since it was read")
-            stored = writer.changelog_offset()
-            # Records after the new position are appended after this: the writer is alone.
-            started_ms = time.time_ns() // 1_000_000
-            position = self._to_changelog(changes, offset, read_offset, stored)
             writer.write(
-                changes,
-                offset,
-                changelog_offset=position,
-                changelog_epoch=self.epoch,
-                changelog_time=started_ms if position != stored else None,
+                changes, offset, changelog_offset=changelog_offset, changelog_epoch=self.epoch
             )
 
         with self._writing:
-            self._check_not_fenced()
             self._use(write_if_unchanged)
             self._written_at = time.monotonic()
-
-    def _to_changelog(
-        self,
-        changes: Mapping[bytes, bytes | None],
-        offset: int,
-        read_offset: int | None,
-        position: int | None,
-    ) -> int | None:
-        """Write ``changes`` to the changelog; the changelog position to store with them."""
-        if self._changelog is None:
-            return position
-        try:
-            return self._changelog.write(
-                changes,
-                source_offset=offset,
-                folded_from=read_offset,
-                epoch=self.epoch,
-                source_id=self.source_id,
-                position=position,
-            )
-        except ChangelogFenced as exc:
-            self.fenced = str(exc)
-            log.warning(
-                "%s: a write was refused (%s): another instance took the partition over, or "
-                "its changelog writer failed for good; no task writes it here until it is "
-                "taken over again (expected after this instance stood still)",
-                self._name,
-                exc,
-            )
-            raise
-
-    def _check_not_fenced(self) -> None:
-        if self.fenced is not None:
-            raise ChangelogFenced(f"{self._name} takes no more writes here: {self.fenced}")
-
-    def replace_changelog(self, changelog: ChangelogSink) -> None:
-        """Write through ``changelog`` from now on (a writer of the same partition that fenced
-        the one held so far, made by a takeover that found the partition still held)."""
-        with self._writing:
-            old, self._changelog, self.fenced = self._changelog, changelog, None
-        if old is not None:
-            old.close()
 
     def flush_if_idle(self, idle_s: float, min_entries: int) -> bool:
         """Flush the memtable if nothing was written for ``idle_s`` seconds and it holds at
@@ -274,10 +175,5 @@ class HeldPartition(PartitionReader):
             writer, self._writer = self._writer, None
             while self._users:
                 self._state.wait()
-        changelog, self._changelog = self._changelog, None
-        try:
-            if writer is not None:
-                writer.close()
-        finally:
-            if changelog is not None:
-                changelog.close()
+        if writer is not None:
+            writer.close()

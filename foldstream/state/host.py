@@ -23,7 +23,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Container, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,7 +31,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from foldstream.errors import ConfigurationError
 from foldstream.state.format import TABLE_FORMAT
-from foldstream.state.held import ChangelogSink, HeldPartition, PartitionClosed
+from foldstream.state.held import HeldPartition, PartitionClosed
 from foldstream.state.host_client import RemotePartition as RemotePartition  # re-exported
 from foldstream.state.host_client import StoreHostError as StoreHostError  # re-exported
 from foldstream.state.host_client import call_host as call_host  # re-exported
@@ -46,8 +45,6 @@ IDLE_FLUSH_ENTRIES = 1000
 
 #: How long a new connection has for its handshake.
 HANDSHAKE_TIMEOUT_S = 10.0
-#: Partitions of one request written at once (each waits for its changelog's transaction).
-WRITES_AT_ONCE = 8
 
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
@@ -120,8 +117,6 @@ class StoreHost:
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
         self.address = ""
-        # A task's partitions written side by side: each waits for its changelog transaction.
-        self._writes: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         if self.host in _WILDCARDS:
@@ -131,7 +126,6 @@ class StoreHost:
                 "master)"
             )
         self._stopped.clear()
-        self._writes = ThreadPoolExecutor(WRITES_AT_ONCE, thread_name_prefix="store-host-write")
         server = socket.create_server((self.host, 0))
         self._server = server
         bound_host, port = server.getsockname()[:2]
@@ -140,27 +134,15 @@ class StoreHost:
         threading.Thread(target=self._flush_idle, name="store-host-flush", daemon=True).start()
 
     def open(
-        self,
-        store: str,
-        partition: int,
-        *,
-        identity: str,
-        epoch: int,
-        changelog: ChangelogSink | None = None,
-        wait_s: float = 60.0,
+        self, store: str, partition: int, *, identity: str, epoch: int, wait_s: float = 60.0
     ) -> int:
-        """Hold ``(store, partition)`` open, its writes going to ``changelog`` first (a writer
-        that fenced every earlier one, handed over to the hold), and return the epoch its
-        changelog records are written with: ``epoch``, or above the newest epoch the copy has
-        seen in the changelog. Already held: the hold keeps its epoch and writes through
-        ``changelog`` if one is given. Waits while a previous writer, e.g. of an instance that
-        was just killed, still holds the RocksDB lock."""
+        """Hold ``(store, partition)`` open (no-op if it is) and return the epoch its changelog
+        records are written with: ``epoch``, or above the newest epoch the copy has seen in the
+        changelog. Waits while a previous writer, e.g. of an instance that was just killed,
+        still holds the RocksDB lock."""
         with self._lock:
-            held = self._held.get((store, partition))
-            if held is not None:
-                if changelog is not None:
-                    held.replace_changelog(changelog)
-                return held.epoch
+            if (store, partition) in self._held:
+                return self._held[(store, partition)].epoch
             path = partition_path(self.state_dir, store, partition)
             for attempt in Retrying(
                 stop=stop_after_delay(wait_s),
@@ -177,14 +159,8 @@ class StoreHost:
                         mapped_reads=store not in self.unmapped,
                     )
             epoch = max(epoch, writer.changelog_epoch() + 1)
-            name = f"{store}/{partition}"
-            self._held[(store, partition)] = HeldPartition(writer, name, epoch, changelog)
+            self._held[(store, partition)] = HeldPartition(writer, f"{store}/{partition}", epoch)
             return epoch
-
-    def fenced(self, store: str, partition: int) -> bool:
-        """Whether the held partition's changelog writer was fenced by another instance's."""
-        held = self._held.get((store, partition))
-        return held is not None and held.fenced is not None
 
     def close(self, keys: Iterable[StoreKey]) -> None:
         """Stop holding ``keys`` (flushed and closed once reads and writes under way end)."""
@@ -232,9 +208,6 @@ class StoreHost:
 
     def stop(self) -> None:
         self._stopped.set()
-        writes, self._writes = self._writes, None
-        if writes is not None:
-            writes.shutdown(wait=False)
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -349,8 +322,6 @@ class StoreHost:
             if kind == "late":
                 self._report_late(store, *arguments)
                 return "ok", None
-            if kind == "writes":
-                return "ok", self._answer_writes(*arguments)
             held = self._held_or_closed(store, partition)
             if kind == "read":
                 return "ok", held.read(*arguments)
@@ -367,19 +338,6 @@ class StoreHost:
         except Exception as exc:  # noqa: BLE001 - raised again in the task, which Spark retries
             log.exception("store host request failed")
             return "error", f"{type(exc).__name__}: {exc}"
-
-    def _answer_writes(self, requests: list[tuple[Any, ...]]) -> list[tuple[str, Any]]:
-        """The answer to each ``write`` of a ``writes`` request, in order: written side by
-        side (each waits for its changelog's transaction, so their transactions overlap), or
-        one after the other once the host is stopping."""
-        writes = self._writes
-        if writes is None:
-            return [self._answer_write(request) for request in requests]
-        return list(writes.map(self._answer_write, requests))
-
-    def _answer_write(self, request: tuple[Any, ...]) -> tuple[str, Any]:
-        """The answer to one ``write`` of a ``writes`` request."""
-        return self._answer(("write", *request))
 
 
 def _set_receive_timeout(fileno: int, seconds: float) -> None:

@@ -4,7 +4,6 @@ a task folds into through them (:class:`RemotePartition`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
@@ -105,41 +104,16 @@ class RemotePartition(PartitionWriter):
         return self._changelog
 
     def commit(self, offset: int, *, changelog_offset: int | None = None) -> None:
-        """Have the host write the changes (to the changelog first, which gives the position
-        stored with them: ``changelog_offset`` is not used) with ``offset``."""
-        call_host(*self._call, ("write", *self._write_request(offset)))
-        self._committed(offset)
-
-    def _write_request(self, offset: int) -> tuple[Any, ...]:
-        return (*self._target, self._token, self._applied, self._changes, offset)
-
-    def _committed(self, offset: int) -> None:
+        call_host(
+            *self._call,
+            ("write", *self._target, self._token, self._applied, self._changes, offset)
+            + (changelog_offset,),
+        )
         self._values.update(self._changes)
         self._changes = {}
         self._applied = offset
+        if changelog_offset is not None:
+            self._changelog = changelog_offset
 
     def close(self) -> None:
         self._changes = {}
-
-
-def commit_all(commits: Sequence[tuple[RemotePartition, int]]) -> list[PartitionClosed | None]:
-    """:meth:`RemotePartition.commit` of each ``(partition, offset)``, in one request to their
-    store host, which writes them side by side: their changelog transactions overlap instead of
-    adding up. For each, None once committed, or the :class:`PartitionClosed` it met; any other
-    failure raises :class:`StoreHostError`."""
-    if not commits:
-        return []
-    address = commits[0][0]._call
-    assert all(partition._call == address for partition, _ in commits), "one store host"
-    requests = [partition._write_request(offset) for partition, offset in commits]
-    answers = call_host(*address, ("writes", None, None, requests))
-    results: list[PartitionClosed | None] = []
-    for (partition, offset), (status, answer) in zip(commits, answers, strict=True):
-        if status == "closed":
-            results.append(PartitionClosed(answer))
-        elif status != "ok":
-            raise StoreHostError(answer)
-        else:
-            partition._committed(offset)
-            results.append(None)
-    return results

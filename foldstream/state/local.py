@@ -17,7 +17,6 @@ from typing import TypeVar
 
 from foldstream.state.base import Entries, PartitionReader
 from foldstream.state.format import TABLE_FORMAT
-from foldstream.state.held import ChangelogSink
 from foldstream.state.host import PartitionClosed, StoreHost
 from foldstream.state.rocksdb import RocksDBReader, partition_path
 
@@ -138,33 +137,15 @@ class LocalStores:
 
     # -- holding -----------------------------------------------------------------------------
 
-    def hold(
-        self,
-        store: str,
-        partition: int,
-        *,
-        identity: str,
-        epoch: int,
-        changelog: ChangelogSink | None = None,
-    ) -> int:
-        """Have the store host hold the partition open, writing through ``changelog`` (handed
-        over): this instance writes and serves it now. Returns the epoch its changelog records
-        carry (see :meth:`StoreHost.open`)."""
+    def hold(self, store: str, partition: int, *, identity: str, epoch: int) -> int:
+        """Have the store host hold the partition open: this instance writes and serves it now.
+        Returns the epoch its changelog records carry (see :meth:`StoreHost.open`)."""
         if self._host is None:
-            if changelog is not None:
-                changelog.close()
             return epoch
-        return self._host.open(
-            store, partition, identity=identity, epoch=epoch, changelog=changelog
-        )
+        return self._host.open(store, partition, identity=identity, epoch=epoch)
 
     def holds(self, store: str, partition: int) -> bool:
         return self._host is not None and self._host.partition(store, partition) is not None
-
-    def fenced(self, store: str, partition: int) -> bool:
-        """Whether the partition is held here but another instance fenced its changelog writer
-        (:attr:`~foldstream.state.held.HeldPartition.fenced`)."""
-        return self._host is not None and self._host.fenced(store, partition)
 
     def held(self) -> frozenset[StoreKey]:
         return self._host.held() if self._host is not None else frozenset()

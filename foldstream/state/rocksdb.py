@@ -38,7 +38,6 @@ META_CF = "__foldstream__"
 _OFFSET = b"source-offset"
 _CHANGELOG_OFFSET = b"changelog-offset"
 _CHANGELOG_EPOCH = b"changelog-epoch"
-_CHANGELOG_TIME = b"changelog-time"
 _UNFINISHED_BATCH = b"changelog-unfinished-batch"
 _IDENTITY = b"identity"
 _SOURCE_TOPIC_ID = b"source-topic-id"
@@ -131,13 +130,6 @@ class _RocksDBPartition(PartitionReader):
         raw = self._meta.get(_CHANGELOG_EPOCH)
         return 0 if raw is None else int(raw)
 
-    def changelog_time(self) -> int | None:
-        """Milliseconds since the epoch before which no record after the changelog position
-        was appended (None: not recorded, e.g. by an earlier foldstream): a deletion among them
-        stays in the compacted changelog at least the topic's ``delete.retention.ms`` after."""
-        raw = self._meta.get(_CHANGELOG_TIME)
-        return None if raw is None else int(raw)
-
     def unfinished_batch(self) -> bytes | None:
         """The changelog batch the copy's position is inside of (see
         :meth:`RocksDBWriter.note_changelog`), None when it is between batches."""
@@ -212,7 +204,6 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         *,
         changelog_offset: int | None = None,
         changelog_epoch: int | None = None,
-        changelog_time: int | None = None,
     ) -> None:
         changes = {k: (None if v is _DELETED else v) for k, v in self._pending.items()}
         self.write(
@@ -220,7 +211,6 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
             offset,
             changelog_offset=changelog_offset,
             changelog_epoch=changelog_epoch,
-            changelog_time=changelog_time,
         )
         self._pending.clear()
 
@@ -231,11 +221,10 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
         *,
         changelog_offset: int | None = None,
         changelog_epoch: int | None = None,
-        changelog_time: int | None = None,
     ) -> None:
-        """Write ``changes`` (None deletes), ``offset``, ``changelog_offset``,
-        ``changelog_epoch`` and ``changelog_time`` (:meth:`changelog_time`) in one batch,
-        bypassing the buffer of :meth:`put` and :meth:`delete`."""
+        """Write ``changes`` (None deletes), ``offset``, ``changelog_offset`` and
+        ``changelog_epoch`` in one batch, bypassing the buffer of :meth:`put` and
+        :meth:`delete`."""
         batch = WriteBatch(raw_mode=True)
         for key, value in changes.items():
             if value is None:
@@ -243,18 +232,16 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
             else:
                 batch.put(key, value)
         batch.put(_OFFSET, str(offset).encode(), self._meta_handle)
-        self._put_changelog(batch, changelog_offset, changelog_epoch, changelog_time)
+        self._put_changelog(batch, changelog_offset, changelog_epoch)
         self._db.write(batch)
 
-    def note_changelog(
-        self, offset: int, epoch: int, unfinished: bytes | None = None, time_ms: int | None = None
-    ) -> None:
+    def note_changelog(self, offset: int, epoch: int, unfinished: bytes | None = None) -> None:
         """Record changelog records up to ``offset`` as seen (none of them to be applied),
-        ``epoch`` as the newest writer epoch seen, ``unfinished`` as the batch that ``offset``
-        is inside of (its records after it are not to be applied either) and ``time_ms`` as
-        the :meth:`changelog_time`, leaving values and source offset alone."""
+        ``epoch`` as the newest writer epoch seen and ``unfinished`` as the batch that
+        ``offset`` is inside of (its records after it are not to be applied either), leaving
+        values and source offset alone."""
         batch = WriteBatch(raw_mode=True)
-        self._put_changelog(batch, offset, epoch, time_ms)
+        self._put_changelog(batch, offset, epoch)
         if unfinished is None:
             batch.delete(_UNFINISHED_BATCH, self._meta_handle)
         else:
@@ -273,14 +260,8 @@ class RocksDBWriter(_RocksDBPartition, PartitionWriter):
                 batch.put(name, topic_id.encode(), self._meta_handle)
         self._db.write(batch)
 
-    def _put_changelog(
-        self, batch: WriteBatch, offset: int | None, epoch: int | None, time_ms: int | None
-    ) -> None:
-        for name, number in (
-            (_CHANGELOG_OFFSET, offset),
-            (_CHANGELOG_EPOCH, epoch),
-            (_CHANGELOG_TIME, time_ms),
-        ):
+    def _put_changelog(self, batch: WriteBatch, offset: int | None, epoch: int | None) -> None:
+        for name, number in ((_CHANGELOG_OFFSET, offset), (_CHANGELOG_EPOCH, epoch)):
             if number is not None:
                 batch.put(name, str(number).encode(), self._meta_handle)
 

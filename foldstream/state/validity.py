@@ -26,9 +26,6 @@ class Recorded:
     changelog_offset: int | None = None
     source_id: str | None = None
     changelog_id: str | None = None
-    #: Milliseconds since the epoch before which no changelog record after its position was
-    #: appended (None: not recorded): :meth:`~foldstream.state.RocksDBWriter.changelog_time`.
-    changelog_time: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -53,12 +50,6 @@ class Observed:
     changelog_id: str | None = None
     source_offset_within: bool = True
     changelog_offset_within: bool = True
-    #: The changelog's ``delete.retention.ms`` (None: unknown), the time now, and whether the
-    #: changelog holds records after the copy's position (asked only of copies
-    #: :func:`deletions_may_be_gone` says are old enough to matter).
-    changelog_retention_ms: int | None = None
-    now_ms: int = 0
-    records_after_position: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,23 +67,6 @@ class Verdict:
 
     def __str__(self) -> str:
         return "; ".join(self.reasons)
-
-
-#: The share of its changelog's ``delete.retention.ms`` a copy may lag behind in time: the rest
-#: is left for reading what it lacks (and for the writers' clocks to differ).
-RETENTION_SHARE = 0.5
-
-
-def deletions_may_be_gone(recorded: Recorded, retention_ms: int | None, now_ms: int) -> bool:
-    """Whether a deletion written to the changelog after the copy's position may have been
-    removed from it since (compaction drops a tombstone ``delete.retention.ms`` after it
-    compacted it): the copy's :attr:`~Recorded.changelog_time` is too old."""
-    return (
-        recorded.changelog_offset is not None
-        and recorded.changelog_time is not None
-        and retention_ms is not None
-        and now_ms - recorded.changelog_time > retention_ms * RETENTION_SHARE
-    )
 
 
 def judge(
@@ -114,15 +88,6 @@ def judge(
         observed.changelog_id,
         None if observed.changelog_offset_within else recorded.changelog_offset,
     )
-    if observed.records_after_position and deletions_may_be_gone(
-        recorded, observed.changelog_retention_ms, observed.now_ms
-    ):
-        changelog_reasons += (
-            f"it read {changelog}/{partition} last "
-            f"{(observed.now_ms - (recorded.changelog_time or 0)) / 3_600_000:.1f} h ago, "
-            f"longer than half its delete.retention.ms ({observed.changelog_retention_ms} ms): "
-            "keys deleted since may be gone from it, and would stay in the copy",
-        )
     if not source_reasons and not changelog_reasons:
         return None
     return Verdict(

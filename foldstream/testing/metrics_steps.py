@@ -61,7 +61,7 @@ def batches_shown(
     assert since.phase_mean_ms["addBatch"] <= since.batch_mean_ms, since
     # The tasks' own account of that time, step by step, through the store host.
     assert since.tasks >= 1, since
-    assert since.task_mean_ms["fold"] > 0 and since.task_mean_ms["commit"] > 0, since
+    assert since.task_mean_ms["fold"] > 0 and since.task_mean_ms["changelog"] > 0, since
 
 
 @then(

@@ -1,15 +1,16 @@
-"""A store partition's changes as one changelog batch: each record stamped with the source
-offset the batch reaches, the one its writer folded from, the epoch of the writer's hold and the
-id of the source topic, the first record opening the batch and the last closing it.
-:class:`~foldstream.changelog.ChangelogFollower` applies such batches whole;
-:class:`~foldstream.changelog.ChangelogWriter` writes them, one transaction each."""
+"""Writing a store partition's changes to its changelog as one batch, the way every writer of a
+store does it (a projection's tasks, the command side's aggregate snapshots): each record
+stamped with the source offset the batch reaches, the one its writer folded from, the epoch of
+the writer's hold and the id of the source topic, the first record opening the batch and the
+last closing it. :class:`~foldstream.changelog.ChangelogFollower` applies such batches whole.
+A writer commits its state only once every record of the batch is acknowledged."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from foldstream.changelog.records import (
+from foldstream.changelog import (
     BATCH_END_HEADER,
     BATCH_START_HEADER,
     EPOCH_HEADER,
@@ -40,7 +41,7 @@ def send_batch(
     producer: Any,
     topic: str,
     partition: int,
-    changed: Mapping[bytes, bytes | None],
+    changed: dict[bytes, bytes | None],
     headers: list[tuple[str, bytes]],
     on_delivery: Delivery,
 ) -> None:
@@ -50,8 +51,7 @@ def send_batch(
     if not changed:
         return
     opening, closing = (BATCH_START_HEADER, b"1"), (BATCH_END_HEADER, b"1")
-    keys = list(changed)
-    first_key, last_key = keys[0], keys[-1]
+    first_key, last_key = next(iter(changed)), next(reversed(changed))
     marked = {first_key: [*headers, opening]}
     marked[last_key] = [*marked.get(last_key, headers), closing]
     for key, value in changed.items():
@@ -65,3 +65,21 @@ def send_batch(
             headers=marked.get(key, headers),
             on_delivery=on_delivery,
         )
+
+
+def changelog_position(stored: int | None, landed: list[int]) -> int | None:
+    """The changelog position to store with the state after its records ``landed``: where a
+    copy made from this state resumes following the changelog.
+
+    Right after the last of them when they follow the stored position directly, with nothing
+    among them. Records of another writer before or among them (a previous owner writing late,
+    a failed task's) are not in this state: the position then stays where it was, so that a
+    copy following the changelog from it reads them (fencing and source offsets decide what it
+    applies).
+    """
+    if not landed:
+        return stored  # nothing written: every record of the chunk was a poison record
+    first, last = min(landed), max(landed)
+    alone = last - first + 1 == len(landed)  # offsets are unique: nothing else among them
+    follows = first == (-1 if stored is None else stored) + 1
+    return last if alone and follows else stored
