@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -91,18 +93,50 @@ def _measured(meter: LagMeter, topic: str, timeout: float = 20.0) -> int:
     return lag
 
 
-def test_a_copy_of_every_committed_record_is_not_behind_an_open_or_aborted_transaction(
-    tmp_path: Path, broker: KafkaCluster
-) -> None:
-    """The end is the last stable offset: an open transaction is nothing to fold yet. Aborted
-    (its writer fenced), its records and markers are nothing to fold ever: the span up to the
-    end holds no record a reader is given."""
+def _topic_of_two_records(broker: KafkaCluster) -> str:
+    """A new topic of one partition holding two plain records (offsets 0-1)."""
     topic = f"lag-{uuid.uuid4().hex[:8]}.events"
     ensure_topics(broker.bootstrap, [TopicSpec(topic, 1)])
     plain = Producer(producer_config(broker.bootstrap))
     for n in range(2):
         plain.produce(topic, key=b"k", value=b"%d" % n, partition=0)
     assert plain.flush(30) == 0
+    return topic
+
+
+@contextmanager
+def _meter(
+    broker: KafkaCluster, tmp_path: Path, topic: str, stores: dict[str, StoreLayout]
+) -> Iterator[tuple[LagMeter, ProbedEnds]]:
+    """A lag meter of ``stores`` (their copies under ``tmp_path``) and the probe of ``topic``'s
+    ends it uses, closed after."""
+    replicas = StandbyReplicas(bootstrap=broker.bootstrap, state_dir=tmp_path, layouts=stores)
+    ends = ProbedEnds(broker.bootstrap, topic, [0])
+    local = LocalStores(tmp_path)
+    try:
+        yield (
+            LagMeter(
+                bootstrap=broker.bootstrap,
+                stores=stores,
+                local=local,
+                replicas=replicas,
+                ends={topic: ends},
+            ),
+            ends,
+        )
+    finally:
+        local.close()
+        ends.close()
+        replicas.close()
+
+
+def test_a_copy_of_every_committed_record_is_not_behind_an_open_or_aborted_transaction(
+    tmp_path: Path, broker: KafkaCluster
+) -> None:
+    """The end is the last stable offset: an open transaction is nothing to fold yet. Aborted
+    (its writer fenced), its records and markers are nothing to fold ever: the span up to the
+    end holds no record a reader is given."""
+    topic = _topic_of_two_records(broker)
     copy = RocksDBWriter(partition_path(tmp_path, "stock", 0), identity=f"{topic}/0")
     copy.write({b"k": b"folded"}, 1)  # folded offsets 0-1
     copy.close()
@@ -114,17 +148,7 @@ def test_a_copy_of_every_committed_record_is_not_behind_an_open_or_aborted_trans
         zombie.produce(topic, key=b"k", value=b"zombie-%d" % n, partition=0)
     assert zombie.flush(30) == 0  # offsets 2-4, open
     stores = {"stock": StoreLayout(topic, f"{topic}.stock.changelog")}
-    replicas = StandbyReplicas(bootstrap=broker.bootstrap, state_dir=tmp_path, layouts=stores)
-    ends = ProbedEnds(broker.bootstrap, topic, [0])
-    local = LocalStores(tmp_path)
-    meter = LagMeter(
-        bootstrap=broker.bootstrap,
-        stores=stores,
-        local=local,
-        replicas=replicas,
-        ends={topic: ends},
-    )
-    try:
+    with _meter(broker, tmp_path, topic, stores) as (meter, ends):
         assert _measured(meter, topic) == 0
         fencer = Producer(
             producer_config(broker.bootstrap, **{"transactional.id": transactional_id})
@@ -133,10 +157,6 @@ def test_a_copy_of_every_committed_record_is_not_behind_an_open_or_aborted_trans
         assert ends.ends() == {0: 6}
         _measured(meter, topic)  # a new span is taken as it is (a projection at work moves it)
         assert _measured(meter, topic) == 0  # the same span again: found to hold no record
-    finally:
-        local.close()
-        ends.close()
-        replicas.close()
 
 
 def test_stores_of_one_topic_at_different_offsets_are_each_found_caught_up(
@@ -146,12 +166,7 @@ def test_stores_of_one_topic_at_different_offsets_are_each_found_caught_up(
     restored from a copy whose last change came earlier): each span is probed on its own. Kept
     per partition, the spans alternated between the stores, were never probed, and an idle
     owner reported a lag forever (its standbys, counted with it, never caught up)."""
-    topic = f"lag-{uuid.uuid4().hex[:8]}.events"
-    ensure_topics(broker.bootstrap, [TopicSpec(topic, 1)])
-    plain = Producer(producer_config(broker.bootstrap))
-    for n in range(2):
-        plain.produce(topic, key=b"k", value=b"%d" % n, partition=0)
-    assert plain.flush(30) == 0
+    topic = _topic_of_two_records(broker)
     for store, folded in (("stock", 1), ("sales", 0)):
         copy = RocksDBWriter(partition_path(tmp_path, store, 0), identity=f"{topic}/0")
         copy.write({b"k": b"folded"}, folded)
@@ -167,24 +182,10 @@ def test_stores_of_one_topic_at_different_offsets_are_each_found_caught_up(
         "stock": StoreLayout(topic, f"{topic}.stock.changelog"),
         "sales": StoreLayout(topic, f"{topic}.sales.changelog"),
     }
-    replicas = StandbyReplicas(bootstrap=broker.bootstrap, state_dir=tmp_path, layouts=stores)
-    ends = ProbedEnds(broker.bootstrap, topic, [0])
-    local = LocalStores(tmp_path)
-    meter = LagMeter(
-        bootstrap=broker.bootstrap,
-        stores=stores,
-        local=local,
-        replicas=replicas,
-        ends={topic: ends},
-    )
-    try:
+    with _meter(broker, tmp_path, topic, stores) as (meter, ends):
         await_settled(broker.bootstrap, topic, 1)  # the abort's marker written
         assert ends.ends() == {0: 4}
         _measured(meter, topic)  # the spans seen first are taken as they are
         lag = meter.measure([(topic, 0)])
         # stock's span (2, 4) holds no record; sales's (1, 4) holds offset 1, not folded yet.
         assert (lag["stock/0"], lag["sales/0"]) == (0, 3)
-    finally:
-        local.close()
-        ends.close()
-        replicas.close()
