@@ -16,11 +16,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from foldstream.domain import Aggregate, EventCodec, EventRecord
 from foldstream.end_probes import ProbedEnds
 from foldstream.errors import BrokerUnavailable
 from foldstream.kafka import (
+    Isolation,
     TopicSpec,
     consume_available,
     consumer_config,
@@ -171,9 +173,11 @@ class CommandWriter:
             raise self.error
 
 
-def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """``{partition: high watermark}``: past every record written, committed or not."""
-    consumer = Consumer(consumer_config(bootstrap, isolation="read_uncommitted"))
+def _listed_ends(
+    bootstrap: str, topic: str, partitions: int, isolation: Isolation
+) -> dict[int, int]:
+    """``{partition: end}`` as a consumer reading ``isolation`` is told by ListOffsets."""
+    consumer = Consumer(consumer_config(bootstrap, isolation=isolation))
     try:
         return listed_ends(consumer, topic, range(partitions), 30.0)
     finally:
@@ -185,14 +189,22 @@ def await_settled(bootstrap: str, topic: str, partitions: int, timeout: float = 
 
     A producer's commit returns once the coordinator decided; the coordinator writes the
     markers after, and until they land a committed read stops before the transaction."""
-    written = high_watermarks(bootstrap, topic, partitions)
-    deadline = time.monotonic() + timeout
-    while any(log_ends(bootstrap, topic, partitions)[p] < end for p, end in written.items()):
-        if time.monotonic() > deadline:
-            raise BrokerUnavailable(
-                f"{topic}: a transaction open for {timeout}s (a writer paused or killed in it?)"
-            )
-        time.sleep(0.05)
+    written = _listed_ends(bootstrap, topic, partitions, "read_uncommitted")
+
+    def behind() -> bool:
+        stable = _listed_ends(bootstrap, topic, partitions, "read_committed")
+        return any(stable[p] < end for p, end in written.items())
+
+    try:
+        Retrying(
+            stop=stop_after_delay(timeout),
+            wait=wait_fixed(0.05),
+            retry=retry_if_result(bool),
+        )(behind)
+    except RetryError as exc:
+        raise BrokerUnavailable(
+            f"{topic}: a transaction open for {timeout}s (a writer paused or killed in it?)"
+        ) from exc
 
 
 def read_topic(
