@@ -27,17 +27,16 @@ from foldstream.commands import CommandHandler, CommandResult, IdempotencyKeyReu
 from foldstream.commands.http import REPLAYED_HEADER, command_routes
 from foldstream.commands.idempotency import HEADER
 from foldstream.commands.key_entries import META_KEY, entry_key, order_key
-from foldstream.commands.snapshot_store import SnapshotStore
 from foldstream.examples.inventory import service
 from foldstream.examples.inventory.domain import Product
 from foldstream.kafka import TopicSpec, ensure_topics, partition_for, producer_config
 from foldstream.routing import LocalOnly
 from foldstream.settings import AGGREGATE_STORE
-from foldstream.state.host import StoreHost
 from foldstream.testing.asgi import uvicorn_thread
 from foldstream.testing.kafka import read_topic
+from tests.test_aggregate_store import PARTITIONS
+from tests.test_aggregate_store import Stores as AggregateStores
 
-PARTITIONS = 2
 SHIP = "receive_shipment"
 
 
@@ -56,26 +55,14 @@ def new_topics(broker: KafkaCluster) -> tuple[str, str]:
     return topic, changelog
 
 
-class Stores:
-    """A store host holding both partitions of the aggregate store under ``state_dir``."""
-
-    def __init__(self, broker: KafkaCluster, state_dir: Path, changelog: str) -> None:
-        self.host = StoreHost(state_dir=state_dir)
-        self.host.start()
-        for partition in range(PARTITIONS):
-            self.host.open(AGGREGATE_STORE, partition, identity="test", epoch=1)
-        self.snapshots = SnapshotStore(
-            self.host, bootstrap=broker.bootstrap, changelog_topic=changelog
-        )
+class Stores(AggregateStores):
+    """The aggregate store's partitions, as :mod:`tests.test_aggregate_store` holds them, read
+    back raw."""
 
     def stored(self, partition: int, keys: list[bytes]) -> list[bytes | None]:
         held = self.host.partition(AGGREGATE_STORE, partition)
         assert held is not None
         return held.get_many(keys)
-
-    def close(self) -> None:
-        self.snapshots.close()
-        self.host.stop()
 
 
 def started(
